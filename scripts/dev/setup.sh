@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Idempotent set-up for this project on a CPU-only machine.
+#
+# Makes .venv/ (torch from local disk, sglang==0.5.16 without its CUDA
+# dependencies, the pinned extras in requirements/cpu.txt) and .build/pristine/
+# (the untouched sglang 0.5.16 package from the wheel: the unpatched side of
+# the demonstration and of the regression proof). A second run with nothing
+# changed does nothing and says so.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+
+PYTHON=${PYTHON:-python3.11}
+SGLANG_VERSION=0.5.16
+# CUDA builds that run on the CPU; both lie on this machine's disk, so pip
+# takes them without a multi-GB download. The CPU-only torch wheel on disk has
+# no matching torchvision, and sglang 0.5.16 imports torchvision.
+TORCH_PINS="torch==2.14.1 torchvision==0.29.1"
+VENV=.venv
+PRISTINE=.build/pristine
+STAMP=$VENV/.backport-setup
+
+log() { printf 'set-up: %s\n' "$*"; }
+
+stamp_value() {
+    {
+        echo "$SGLANG_VERSION $TORCH_PINS"
+        cat requirements/cpu.txt
+    } | sha256sum | cut -d' ' -f1
+}
+
+pristine_ok() {
+    [ -f "$PRISTINE/sglang/srt/server_args.py" ] &&
+        [ -f "$PRISTINE/.complete" ]
+}
+
+want=$(stamp_value)
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && pristine_ok; then
+    log "up to date, nothing to do ($VENV, $PRISTINE)"
+    exit 0
+fi
+
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+    echo "set-up: $PYTHON not found; sglang 0.5.16's wheel is built for CPython 3.11." >&2
+    echo "set-up: install Python 3.11 or point PYTHON at it (PYTHON=/path/to/python3.11 $0)." >&2
+    exit 2
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+    log "creating $VENV"
+    "$PYTHON" -m venv "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+
+if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
+    log "installing $TORCH_PINS"
+    # shellcheck disable=SC2086
+    "${PIP[@]}" install $TORCH_PINS 2> >(grep -v '^WARNING: Location' >&2)
+    log "installing sglang==$SGLANG_VERSION (no CUDA dependencies)"
+    "${PIP[@]}" install --no-deps "sglang==$SGLANG_VERSION" 2> >(grep -v '^WARNING: Location' >&2)
+    log "installing requirements/cpu.txt"
+    "${PIP[@]}" install -r requirements/cpu.txt 2> >(grep -v '^WARNING: Location' >&2)
+fi
+
+if ! pristine_ok; then
+    log "unpacking the pristine sglang $SGLANG_VERSION package into $PRISTINE"
+    rm -rf "$PRISTINE" .build/wheels
+    mkdir -p .build/wheels "$PRISTINE"
+    "${PIP[@]}" download --no-deps "sglang==$SGLANG_VERSION" -d .build/wheels \
+        2> >(grep -v '^WARNING: Location' >&2)
+    "$VENV/bin/python" - "$PRISTINE" .build/wheels/sglang-"$SGLANG_VERSION"-*.whl <<'EOF'
+import sys
+import zipfile
+
+dest, wheel = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as zf:
+    zf.extractall(dest, [n for n in zf.namelist() if n.startswith("sglang/")])
+EOF
+    touch "$PRISTINE/.complete"
+fi
+
+"$VENV/bin/python" -c "import sglang.srt.server_args, sglang.srt.managers.scheduler" \
+    2>/dev/null || {
+    echo "set-up: sglang $SGLANG_VERSION does not import in $VENV; see the error with:" >&2
+    echo "  $VENV/bin/python -c 'import sglang.srt.managers.scheduler'" >&2
+    exit 1
+}
+echo "$want" >"$STAMP"
+log "done"

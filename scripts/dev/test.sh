@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The project's test command: set up, apply the patch series to the venv's
+# sglang, prove that the regression tests fail on the unpatched 0.5.16, then
+# run every test against the patched install. Extra arguments go to the final
+# pytest run (e.g. scripts/dev/test.sh -k scheduler).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+
+bash scripts/dev/setup.sh
+bash scripts/dev/patches.sh apply
+
+echo "== regression tests against the unpatched sglang 0.5.16 (.build/pristine): each must fail"
+log=.build/regression-unpatched.log
+set +e
+PYTHONPATH="$ROOT/.build/pristine" .venv/bin/python -m pytest -m regression -q --tb=line \
+    --junitxml=.build/regression-unpatched.xml >"$log" 2>&1
+set -e
+.venv/bin/python scripts/dev/check_regressions_fail.py .build/regression-unpatched.xml || {
+    tail -n 40 "$log"
+    exit 1
+}
+
+echo "== every test against the patched install"
+exec .venv/bin/python -m pytest -q "$@"
