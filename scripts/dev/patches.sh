@@ -4,6 +4,7 @@
 #
 #   patches.sh apply     apply the series to the venv's installed sglang
 #   patches.sh status    say, per patch, whether the venv has it
+#   patches.sh reset     reinstall the venv's sglang 0.5.16 as released
 #   patches.sh checkout  make .build/fork: a git checkout of sglang 0.5.16
 #                        (tag v0.5.16) with the series applied as commits
 #   patches.sh refresh   rewrite patches/ from .build/fork's commits
@@ -62,7 +63,7 @@ cmd_apply() {
         state=$(patch_state "$site" "patches/$patch")
         if [ "$state" = conflict ]; then
             site_git "$site" apply -p2 --check "$ROOT/patches/$patch" || true
-            die "patches/$patch neither applies to nor is applied in $site/sglang; reinstall sglang==0.5.16 (scripts/dev/setup.sh after 'rm $VENV/.backport-setup') and retry"
+            die "patches/$patch neither applies to nor is applied in $site/sglang (an older version of the series?); run 'scripts/dev/patches.sh reset', then apply again"
         fi
     done
     for patch in "${patches[@]}"; do
@@ -82,6 +83,13 @@ cmd_status() {
     series | while read -r patch; do
         echo "patches: $patch: $(patch_state "$site" "patches/$patch")"
     done
+}
+
+cmd_reset() {
+    site_packages >/dev/null
+    "$VENV/bin/python" -m pip --disable-pip-version-check -q install \
+        --force-reinstall --no-deps "sglang==0.5.16" 2> >(grep -v '^WARNING: Location' >&2)
+    echo "patches: the venv's sglang is 0.5.16 as released again"
 }
 
 fork_git() {
@@ -133,10 +141,11 @@ cmd_refresh() {
 case "${1:-}" in
 apply) cmd_apply ;;
 status) cmd_status ;;
+reset) cmd_reset ;;
 checkout) cmd_checkout "${2:-}" ;;
 refresh) cmd_refresh ;;
 *)
-    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

@@ -72,8 +72,9 @@ class _LoadedDraftTpModelWorker:
 def _build_spec_worker(target: ServerArgs, tp_worker_site: str):
     """Run the real maybe_init_draft_worker with a loaded-draft stand-in."""
     scheduler = make_scheduler(target)
-    with published_target(target), mock.patch(
-        tp_worker_site, _LoadedDraftTpModelWorker
+    with (
+        published_target(target),
+        mock.patch(tp_worker_site, _LoadedDraftTpModelWorker),
     ):
         scheduler.maybe_init_draft_worker()
     return scheduler.draft_worker
@@ -149,8 +150,9 @@ class TestMultiLayerDraftPoolSizing(CustomTestCase):
         target.override("test.target_pool", max_mamba_cache_size=37)
 
         draft_worker = worker._draft_worker
-        with mock.patch.object(draft_worker, "init_lm_head"), mock.patch.object(
-            draft_worker, "_init_boundary_kv_fix_state"
+        with (
+            mock.patch.object(draft_worker, "init_lm_head"),
+            mock.patch.object(draft_worker, "_init_boundary_kv_fix_state"),
         ):
             draft_worker.alloc_memory_pool(
                 memory_pool_config=None,

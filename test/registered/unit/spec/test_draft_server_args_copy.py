@@ -70,6 +70,23 @@ class TestDraftServerArgsCopy(CustomTestCase):
             ["context_length", "load_format"],
         )
 
+    def test_the_copy_shares_no_mutable_state_with_the_target(self):
+        target = build_target_server_args("EAGLE", "dummy")
+        draft = draft_server_args_copy(target, _TARGET_MODEL_CONFIG)
+
+        shared = [
+            name
+            for name, value in vars(target).items()
+            if not isinstance(value, (str, int, float, type(None)))
+            and getattr(draft, name) is value
+        ]
+        self.assertEqual(shared, [])
+        draft.override("test.draft_only", cuda_graph_bs_decode=[1, 2])
+        self.assertIsNone(target.cuda_graph_bs_decode)
+        self.assertNotIn(
+            "test.draft_only", [source for source, _ in target._resolved_overrides]
+        )
+
     def test_load_time_overrides_made_before_the_copy_reach_it(self):
         from sglang.srt.arg_groups.overrides import declare_load_time_override
 
