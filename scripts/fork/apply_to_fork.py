@@ -437,14 +437,18 @@ def apply(fork_arg: str, patch_arg: Optional[str]) -> int:
         git(fork.top, "am", "--abort")
         verify_unchanged(fork, before)
         output = am.stdout + am.stderr
-        raise Refused(
-            conflict_message(
-                fork,
-                patch,
-                unmerged or failed_paths(output),
-                output,
-                "git am could not apply it.",
+        paths = unmerged or failed_paths(output)
+        if paths:
+            raise Refused(
+                conflict_message(
+                    fork, patch, paths, output, "git am could not merge them."
+                )
             )
+        listing = "\n".join(f"    {line}" for line in output.strip().splitlines())
+        raise Refused(
+            f"git am failed in {fork.top} (a hook or a git setting of the "
+            f"fork?); its output:\n{listing}\n"
+            "  It was aborted (git am --abort) and nothing was changed"
         )
 
     head = out(fork.top, "rev-parse", "HEAD")

@@ -478,6 +478,25 @@ class TestForkDelivery(ForkDeliveryCase):
 
         self.assert_refused_untouched(proc, before, fork, "HEAD is detached")
 
+    def test_a_git_am_that_fails_after_the_checks_is_aborted_and_changes_nothing(
+        self,
+    ):
+        fork = self.clone()
+        hook = Path(self.git(fork, "rev-parse", "--git-path", "hooks/pre-applypatch"))
+        hook = hook if hook.is_absolute() else fork / hook
+        hook.parent.mkdir(parents=True, exist_ok=True)
+        hook.write_text("#!/bin/sh\necho 'fork policy: no' >&2\nexit 1\n")
+        hook.chmod(0o755)
+        before = self.state(fork)
+
+        proc = self.apply(fork)
+
+        self.assert_refused_untouched(
+            proc, before, fork, "git am failed", "fork policy: no", "aborted"
+        )
+        git_path = self.git(fork, "rev-parse", "--git-path", "rebase-apply")
+        self.assertFalse((fork / git_path).exists())
+
     def test_a_conflicting_local_change_fails_names_the_file_and_changes_nothing(
         self,
     ):
