@@ -18,6 +18,22 @@ def main(path: str) -> int:
     if not cases:
         print("regression proof: no regression test ran on the unpatched sglang")
         return 1
+    broken = [
+        c.get("name")
+        for c in cases
+        if any(
+            "collection failure" in (e.get("message") or "") for e in c.findall("error")
+        )
+    ]
+    if broken:
+        print(
+            "regression proof: pytest could not collect these on the unpatched "
+            "sglang 0.5.16 (a module-level import of a patched-only name?), so "
+            "the regression tests in them never ran:"
+        )
+        for name in broken:
+            print(f"  {name}")
+        return 1
     not_failing = [
         f"{c.get('classname')}.{c.get('name')}"
         for c in cases

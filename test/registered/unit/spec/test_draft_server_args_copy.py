@@ -17,13 +17,18 @@ from draft_isolation_harness import (
     published_target,
 )
 
-from sglang.srt.server_args import draft_server_args_copy
+import sglang.srt.server_args as server_args_module
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase
 
 register_cpu_ci(est_time=15, suite="stage-a-test-cpu")
 
 _TARGET_MODEL_CONFIG = SimpleNamespace(context_len=TARGET_CONTEXT_LEN)
+
+
+def draft_server_args_copy(server_args, target_model_config):
+    # Looked up at call time: this module is collected on unpatched sglang too.
+    return server_args_module.draft_server_args_copy(server_args, target_model_config)
 
 
 class TestDraftServerArgsCopy(CustomTestCase):
