@@ -461,20 +461,25 @@ def apply(fork_arg: str, patch_arg: Optional[str]) -> int:
         )
     say(f"applied {mode}: {head[:12]} {patch_subject(patch)}")
     say(f"branch {fork.branch} in {fork.top} (was {before.head[:12]})")
-    test_dirs = sorted(
-        {
-            "/".join(p.split("/")[:4])
-            for p in created_paths(patch)
-            if p.startswith("test/registered/unit/") and p.count("/") >= 4
-        }
-    )
-    if test_dirs:
+    shipped_tests = shipped_test_files(patch)
+    if shipped_tests:
+        # Only the files the patch added: the fork's own test/registered/unit/
+        # holds upstream's tests too.
         say("run the shipped tests against the fork's tree with:")
-        print(
-            f"    cd {fork.top} && PYTHONPATH=python python -m pytest "
-            + " ".join(test_dirs)
-        )
+        print(f"    cd {fork.top} && PYTHONPATH=python python -m pytest \\")
+        print(" \\\n".join(f"        {path}" for path in shipped_tests))
     return 0
+
+
+def shipped_test_files(patch: Path) -> list[str]:
+    """The test modules the patch adds under test/registered/unit/."""
+    return sorted(
+        p
+        for p in created_paths(patch)
+        if p.startswith("test/registered/unit/")
+        and p.rsplit("/", 1)[-1].startswith("test_")
+        and p.endswith(".py")
+    )
 
 
 def main(argv: Optional[list] = None) -> int:
