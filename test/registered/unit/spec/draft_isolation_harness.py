@@ -630,7 +630,7 @@ def run_algorithm(name: str, draft_load_format: Optional[str] = "dummy") -> dict
 # snapshots around maybe_init_draft_worker, not inside the draft's
 # TpModelWorker, so what was published during the build is not known there
 # (None).
-REAL_RUNNER_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
+REAL_RUNNER_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE", "FROZEN_KV_MTP")
 
 
 def _from_real_result(name: str, draft_load_format, real: dict) -> dict:
@@ -643,6 +643,9 @@ def _from_real_result(name: str, draft_load_format, real: dict) -> dict:
     stopped = real.get("stopped_at") or {}
     reached = "draft_built" in (real.get("stages") or [])
     published_after = (real.get("published") or {}).get("draft_built")
+    capture = real.get("capture_enable_torch_compile") or {}
+    # Observed when the draft's ModelRunner.load_model starts.
+    during = real.get("during_draft_load") or {}
     return {
         "algorithm": name,
         "speculative_algorithm": name,
@@ -662,8 +665,8 @@ def _from_real_result(name: str, draft_load_format, real: dict) -> dict:
             if published_after
             else None
         ),
-        "capture_flag_before": None,
-        "capture_flag_after": None,
+        "capture_flag_before": capture.get("target_built"),
+        "capture_flag_after": capture.get("draft_built"),
         "error": (
             None
             if reached and draft
@@ -674,10 +677,12 @@ def _from_real_result(name: str, draft_load_format, real: dict) -> dict:
                 "site": None,  # nothing stubbed
                 "is_target": draft.get("server_args_is_target"),
                 "fields": {f: draft.get(f) for f in REPORTED_FIELDS},
-                "published_during_is_draft": None,
-                "published_during_is_target": None,
-                "published_during": None,
-                "capture_flag_during": None,
+                "published_during_is_draft": during.get(
+                    "published_is_draft_runner_args"
+                ),
+                "published_during_is_target": during.get("published_is_target"),
+                "published_during": during.get("published"),
+                "capture_flag_during": during.get("capture_enable_torch_compile"),
             }
             if draft
             else None
