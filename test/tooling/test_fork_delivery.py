@@ -308,13 +308,16 @@ class TestForkDelivery(ForkDeliveryCase):
                 self.assertIn(path, paths)
 
     def test_exporting_twice_writes_the_same_bytes(self):
-        again = Path(tempfile.mkdtemp(dir=self.tmp)) / "again.patch"
-        args = ["--output", str(again)]
-        if not self.real_patch:
-            args += ["--patches-dir", str(self.tmp / "throwaway-patches")]
-        proc = self.run_script(EXPORT, *args)
-        self.assertEqual(proc.returncode, 0, proc.stderr)
-        self.assertEqual(again.read_bytes(), self.patch.read_bytes())
+        scratch = Path(tempfile.mkdtemp(dir=self.tmp))
+        outputs = []
+        for name in ("first.patch", "second.patch"):
+            args = ["--output", str(scratch / name)]
+            if not self.real_patch:
+                args += ["--patches-dir", str(self.tmp / "throwaway-patches")]
+            proc = self.run_script(EXPORT, *args)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            outputs.append((scratch / name).read_bytes())
+        self.assertEqual(outputs[0], outputs[1])
 
     def test_a_clean_fork_gets_one_commit_on_its_branch_with_our_message(self):
         fork = self.clone()
