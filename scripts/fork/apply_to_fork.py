@@ -320,7 +320,16 @@ def refuse_dirty(fork: Fork, patch: Path) -> None:
             f"{fork.top} has uncommitted changes:\n{listing}{more}\n"
             "  Commit or stash them (git stash) and run this again"
         )
-    in_the_way = [p for p in created_paths(patch) if (fork.top / p).exists()]
+    created = created_paths(patch)
+    tracked_created = set(
+        git(fork.top, "ls-files", "-z", "--", *created).stdout.split("\0")
+        if created
+        else []
+    )
+    # A tracked file there is a conflict, reported by the checks below.
+    in_the_way = [
+        p for p in created if (fork.top / p).exists() and p not in tracked_created
+    ]
     if in_the_way:
         listing = "\n".join(f"    {p}" for p in in_the_way)
         raise Refused(
@@ -363,13 +372,27 @@ def conflict_message(
     lines = [f"the patch does not apply to {fork.top}, not even with a 3-way merge."]
     for path in paths or ["(git named no file; its output follows)"]:
         lines.append(f"  conflict in {path}")
-    if "lacks the necessary blob" in stderr:
-        lines.append(
-            "  The fork's history lacks sglang v0.5.16's version of these files, "
-            "so git cannot merge; is the fork based on v0.5.16?"
+    created = set(created_paths(patch))
+    reasons = []
+    if "does not exist in index" in stderr:
+        reasons.append(
+            "A file the patch changes is missing from your fork (moved or deleted?)."
         )
-    else:
-        lines.append(f"  {why}")
+    if "lacks the necessary blob" in stderr:
+        reasons.append(
+            "The fork's history lacks sglang v0.5.16's version of these files, "
+            "so git cannot merge. If the fork is based on v0.5.16, give git "
+            "that release's objects (git fetch "
+            "https://github.com/sgl-project/sglang v0.5.16) and run this again."
+        )
+    if not reasons and (not paths or set(paths) - created):
+        reasons.append(why)
+    if "already exists in" in stderr or created.intersection(paths):
+        reasons.append(
+            "Your fork already has a file where the patch creates one "
+            "(your own, or upstream's under the same name)."
+        )
+    lines.extend(f"  {reason}" for reason in reasons)
     for version, evidence in base_versions(fork):
         if version != (0, 5, 16):
             lines.append(

@@ -374,6 +374,38 @@ class TestForkDelivery(ForkDeliveryCase):
             self.assertIn(added, merged)
         self.assertEqual(self.git(fork, "status", "--porcelain"), "")
 
+    def test_a_fork_without_the_v0_5_16_objects_is_told_to_fetch_them(self):
+        fork = self.clone()
+        shutil.rmtree(fork / ".git")
+        self.git(fork, "init", "-q", "-b", "main")
+        self._configure(fork)
+        hunk = self.pick_hunk()
+        target = fork / hunk.path
+        lines = target.read_text(encoding="utf-8").splitlines(keepends=True)
+        lines.insert(hunk.old_start, "# fork: imported without upstream history\n")
+        target.write_text("".join(lines), encoding="utf-8")
+        self.commit_all(fork, "fork: imported")
+        before = self.state(fork)
+
+        proc = self.apply(fork)
+
+        self.assert_refused_untouched(
+            proc,
+            before,
+            fork,
+            f"conflict in {hunk.path}",
+            "lacks sglang v0.5.16's version",
+            "git fetch https://github.com/sgl-project/sglang v0.5.16",
+        )
+
+        # What the message asks for, with the base repository standing in for
+        # upstream: objects only, no ref of the fork moves.
+        self.git(fork, "fetch", "-q", str(self.base), "v0.5.16")
+        self.assertEqual(self.state(fork), before)
+        again = self.apply(fork)
+        self.assertEqual(again.returncode, 0, again.stdout + again.stderr)
+        self.assertIn("3-way merge", again.stdout)
+
     def test_applying_twice_is_a_no_op_that_says_so(self):
         fork = self.clone()
         first = self.apply(fork)
@@ -457,6 +489,29 @@ class TestForkDelivery(ForkDeliveryCase):
         proc = self.apply(fork)
 
         self.assert_refused_untouched(proc, before, fork, "untracked", created[0])
+
+    def test_a_committed_file_where_the_patch_creates_one_is_a_named_conflict(self):
+        created = re.findall(
+            r"^diff --git a/\S+ b/(\S+)\nnew file mode", self.mbox, re.M
+        )
+        if not created:
+            self.skipTest("the patch creates no file (nothing shipped yet)")
+        fork = self.clone()
+        (fork / created[0]).parent.mkdir(parents=True, exist_ok=True)
+        (fork / created[0]).write_text("upstream's own\n", encoding="utf-8")
+        self.commit_all(fork, "fork: a file of the same name")
+        before = self.state(fork)
+
+        proc = self.apply(fork)
+
+        self.assert_refused_untouched(
+            proc,
+            before,
+            fork,
+            f"conflict in {created[0]}",
+            "already has a file where the patch creates one",
+            "Nothing was changed",
+        )
 
     def test_a_path_that_is_not_a_git_work_tree_is_refused(self):
         scratch = Path(tempfile.mkdtemp(dir=self.tmp))
