@@ -24,7 +24,7 @@ from pathlib import Path
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase
 
-register_cpu_ci(est_time=150, suite="stage-a-test-cpu")
+register_cpu_ci(est_time=180, suite="stage-a-test-cpu")
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPORT = ROOT / "scripts" / "fork" / "export_patch.py"
