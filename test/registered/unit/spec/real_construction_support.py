@@ -161,14 +161,11 @@ def _write_model(path: str, config: dict, weights: dict) -> str:
     return path
 
 
-def build_tiny_models(root: str) -> Dict[str, str]:
-    """Write the tiny models (config.json + model.safetensors) and a token map
-    under ``root``; return their paths. Deterministic; no hub, no network."""
+def _write_plain_llama(path: str, num_layers: int, context_len: int, seed) -> str:
+    """A plain LlamaForCausalLM with random weights (HF checkpoint naming)."""
     import torch
 
-    paths = {}
-
-    gen = torch.Generator().manual_seed(1000)
+    gen = torch.Generator().manual_seed(seed)
     weights = {
         "model.embed_tokens.weight": torch.randn(
             VOCAB_SIZE, HIDDEN_SIZE, generator=gen
@@ -176,12 +173,22 @@ def build_tiny_models(root: str) -> Dict[str, str]:
         "model.norm.weight": 1 + 0.1 * torch.randn(HIDDEN_SIZE, generator=gen),
         "lm_head.weight": torch.randn(VOCAB_SIZE, HIDDEN_SIZE, generator=gen),
     }
-    for i in range(2):
+    for i in range(num_layers):
         weights.update(_decoder_layer(f"model.layers.{i}", gen))
-    paths["target"] = _write_model(
-        os.path.join(root, "target"),
-        _config("LlamaForCausalLM", 2, TARGET_CONTEXT_LEN),
-        weights,
+    return _write_model(
+        path, _config("LlamaForCausalLM", num_layers, context_len), weights
+    )
+
+
+def build_tiny_models(root: str) -> Dict[str, str]:
+    """Write the tiny models (config.json + model.safetensors) and a token map
+    under ``root``; return their paths. Deterministic; no hub, no network."""
+    import torch
+
+    paths = {}
+
+    paths["target"] = _write_plain_llama(
+        os.path.join(root, "target"), 2, TARGET_CONTEXT_LEN, seed=1000
     )
 
     # EAGLE (v1) draft, EAGLE checkpoint naming: no "model." prefix, layer 0
@@ -226,37 +233,18 @@ def build_tiny_models(root: str) -> Dict[str, str]:
     )
 
     # STANDALONE draft: a plain, smaller Llama.
-    gen = torch.Generator().manual_seed(4000)
-    weights = {
-        "model.embed_tokens.weight": torch.randn(
-            VOCAB_SIZE, HIDDEN_SIZE, generator=gen
-        ),
-        "model.norm.weight": 1 + 0.1 * torch.randn(HIDDEN_SIZE, generator=gen),
-        "lm_head.weight": torch.randn(VOCAB_SIZE, HIDDEN_SIZE, generator=gen),
-    }
-    weights.update(_decoder_layer("model.layers.0", gen))
-    paths["STANDALONE"] = _write_model(
-        os.path.join(root, "standalone"),
-        _config("LlamaForCausalLM", 1, DRAFT_CONTEXT_LENS["STANDALONE"]),
-        weights,
+    paths["STANDALONE"] = _write_plain_llama(
+        os.path.join(root, "standalone"), 1, DRAFT_CONTEXT_LENS["STANDALONE"], 4000
     )
 
     # FROZEN_KV_MTP draft: its worker (FrozenKVMTPDraftWorker) takes any
     # causal LM; production drafts are Gemma-4 assistants, a plain Llama is
     # what can be built here. Its own weights and context length.
-    gen = torch.Generator().manual_seed(5000)
-    weights = {
-        "model.embed_tokens.weight": torch.randn(
-            VOCAB_SIZE, HIDDEN_SIZE, generator=gen
-        ),
-        "model.norm.weight": 1 + 0.1 * torch.randn(HIDDEN_SIZE, generator=gen),
-        "lm_head.weight": torch.randn(VOCAB_SIZE, HIDDEN_SIZE, generator=gen),
-    }
-    weights.update(_decoder_layer("model.layers.0", gen))
-    paths["FROZEN_KV_MTP"] = _write_model(
+    paths["FROZEN_KV_MTP"] = _write_plain_llama(
         os.path.join(root, "frozen_kv_mtp"),
-        _config("LlamaForCausalLM", 1, DRAFT_CONTEXT_LENS["FROZEN_KV_MTP"]),
-        weights,
+        1,
+        DRAFT_CONTEXT_LENS["FROZEN_KV_MTP"],
+        5000,
     )
 
     paths["token_map"] = os.path.join(root, "hot_token_map.pt")
