@@ -6,27 +6,16 @@ without lowering the baseline: run ``python scripts/ratchet/writer_ratchet.py
 --update``).
 """
 
-import importlib.util
-import os
 import subprocess
 import sys
 import unittest
+
+from test_writer_ratchet import REPO, SCRIPT, wr
 
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase
 
 register_cpu_ci(est_time=30, suite="stage-a-test-cpu")
-
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), *[".."] * 4))
-SCRIPT = os.path.join(REPO, "scripts", "ratchet", "writer_ratchet.py")
-
-
-def _load_ratchet():
-    spec = importlib.util.spec_from_file_location("writer_ratchet", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 class TestWriterRatchetBaseline(CustomTestCase):
     def test_the_installed_sglang_matches_the_committed_baseline(self):
@@ -38,7 +27,6 @@ class TestWriterRatchetBaseline(CustomTestCase):
         self.assertIn("writer ratchet: OK", out)
 
     def test_the_fast_path_finds_what_parsing_every_file_finds(self):
-        wr = _load_ratchet()
         root = wr.resolve_root(None)
         fast, nfiles = wr.collect_sites(root, prefilter=True)
         full, _ = wr.collect_sites(root, prefilter=False)
