@@ -12,7 +12,13 @@ marker of their own: their regression tests are the classes named in
 import pytest
 
 # Node ids (relative to the repository root) of classes or tests.
-SHIPPED_REGRESSION_TESTS = ()
+SHIPPED_REGRESSION_TESTS = (
+    "test/registered/unit/spec/test_draft_server_args.py::TestSchedulerDraftHandoff",
+    "test/registered/unit/spec/test_eagle_draft_server_args.py"
+    "::TestEagleDraftLeavesTheTargetAlone",
+    "test/registered/unit/model_executor/test_draft_load_config.py"
+    "::TestDraftLoadConfig",
+)
 
 
 def pytest_configure(config):

@@ -1,0 +1,238 @@
+"""The EAGLE draft workers leave the target's ``ServerArgs`` alone, and what
+0.5.16 shared through the one instance still reaches the target.
+
+The workers are the real classes, built through the real
+``Scheduler.maybe_init_draft_worker``; only the draft ``TpModelWorker`` (model
+loading) is a stand-in.
+
+- Building the draft, and its hot-token map, leaves the target's context
+  length, load format and ``--json-model-override-args`` alone.
+- Adaptive speculative decoding writes its step and graph switches where the
+  target attention backend, decode graph runner and scheduler read them (the
+  target's config) and restores them there.
+- The multi-layer EAGLE MTP draft sizes its mamba pools from the value the
+  target resolves while allocating its own pools, after the copy was made.
+"""
+
+import tempfile
+import unittest
+from types import SimpleNamespace
+from unittest import mock
+
+import torch
+from transformers import LlamaConfig
+
+from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+from sglang.srt.managers.scheduler import Scheduler
+from sglang.srt.runtime_context import get_context
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.speculative.adaptive_runtime_state import SpecRuntimeState
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+from sglang.test.ci.ci_register import register_cpu_ci
+from sglang.test.test_utils import CustomTestCase
+
+register_cpu_ci(est_time=10, suite="stage-a-test-cpu")
+
+TARGET_CONTEXT_LEN = 4096
+USER_OVERRIDES = '{"rope_theta": 20000.0}'
+HOT_TOKENS = [0, 1, 2, 5, 8]
+ADAPTIVE_FIELDS = (
+    "speculative_num_steps",
+    "speculative_num_draft_tokens",
+    "cuda_graph_bs_decode",
+    "disable_cuda_graph",
+)
+
+
+def _write_model_config(path, architecture):
+    LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        max_position_embeddings=1024,
+        architectures=[architecture],
+    ).save_pretrained(path)
+    return path
+
+
+class _LoadedDraftTpModelWorker:
+    """The draft TpModelWorker once its model is loaded: what the spec
+    workers read right after constructing it."""
+
+    def __init__(self, server_args=None, **kwargs):
+        self.server_args = server_args
+        self.model_config = SimpleNamespace(
+            hf_config=SimpleNamespace(architectures=["LlamaForCausalLMEagle"])
+        )
+        self.model_runner = SimpleNamespace(
+            server_args=server_args,
+            model_config=self.model_config,
+            tp_group=None,
+            attn_backend=None,
+            draft_attn_backend=None,
+        )
+        self.model_runner_list = [self.model_runner]
+        self.pool_sized_with = None
+
+    def alloc_memory_pool(self, **kwargs):
+        # What the draft's KV cache configurator reads for an MTP head's pool.
+        self.pool_sized_with = self.server_args.max_mamba_cache_size
+
+
+class _EagleDraftCase(CustomTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls._tmp = tempfile.TemporaryDirectory()
+        tmp = cls._tmp.name
+        cls.target_path = _write_model_config(f"{tmp}/t", "LlamaForCausalLM")
+        cls.draft_path = _write_model_config(f"{tmp}/d", "LlamaForCausalLMEagle")
+        cls.token_map = f"{tmp}/hot_token_map.pt"
+        torch.save(HOT_TOKENS, cls.token_map)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls._tmp.cleanup()
+        super().tearDownClass()
+
+    def build_draft_worker(self, module="eagle_worker_v2", **kwargs):
+        """Resolve a target config, publish it as its ModelRunner does, and
+        build its draft through the scheduler."""
+        self.target = ServerArgs(
+            model_path=self.target_path,
+            device="cpu",
+            skip_tokenizer_init=True,
+            attention_backend="torch_native",
+            speculative_algorithm="EAGLE",
+            speculative_draft_model_path=self.draft_path,
+            speculative_num_steps=2,
+            speculative_eagle_topk=1,
+            speculative_num_draft_tokens=3,
+            **kwargs,
+        )
+        ctx = get_context()
+        saved = (ctx._server_args, ctx.flags.capture.enable_torch_compile)
+        self.addCleanup(setattr, ctx, "_server_args", saved[0])
+        self.addCleanup(setattr, ctx.flags.capture, "enable_torch_compile", saved[1])
+        ctx.set_server_args(self.target)
+
+        model_config = SimpleNamespace(context_len=TARGET_CONTEXT_LEN, vocab_size=256)
+        scheduler = Scheduler.__new__(Scheduler)
+        scheduler.server_args = self.target
+        scheduler.spec_algorithm = SpeculativeAlgorithm.EAGLE
+        scheduler.ps = ParallelState.trivial()
+        scheduler.nccl_port = 12345
+        scheduler.tp_worker = SimpleNamespace(
+            server_args=self.target,
+            model_config=model_config,
+            model_runner=SimpleNamespace(
+                server_args=self.target, model_config=model_config
+            ),
+            device="cpu",
+        )
+        with mock.patch(
+            f"sglang.srt.speculative.{module}.TpModelWorker",
+            _LoadedDraftTpModelWorker,
+        ):
+            scheduler.maybe_init_draft_worker()
+        return scheduler.draft_worker
+
+
+class TestEagleDraftLeavesTheTargetAlone(_EagleDraftCase):
+    def test_the_target_keeps_its_fields_through_the_draft_and_its_token_map(self):
+        worker = self.build_draft_worker(
+            speculative_draft_load_format="dummy",
+            speculative_token_map=self.token_map,
+            json_model_override_args=USER_OVERRIDES,
+        )
+        # Runs from alloc_memory_pool, after the draft model was built.
+        worker._draft_worker.init_token_map()
+
+        self.assertEqual(worker._draft_worker.hot_token_id.tolist(), HOT_TOKENS)
+        self.assertEqual(worker.server_args.context_length, TARGET_CONTEXT_LEN)
+        self.assertEqual(worker.server_args.load_format, "dummy")
+        target = self.target
+        self.assertEqual(
+            (
+                target.context_length,
+                target.load_format,
+                target.json_model_override_args,
+            ),
+            (None, "auto", USER_OVERRIDES),
+        )
+
+
+class TestAdaptiveSpecReachesTheTarget(_EagleDraftCase):
+    def setUp(self):
+        super().setUp()
+        self.worker = self.build_draft_worker()
+        # Left by init_attention_backends / init_cuda_graphs in a real server.
+        dw = self.worker._draft_worker
+        dw.draft_attn_backend = dw.draft_extend_attn_backend = None
+        dw.cuda_graph_runner = dw.cuda_graph_runner_for_draft_extend = None
+
+    def fields(self):
+        return [
+            {name: getattr(sa, name) for name in ADAPTIVE_FIELDS}
+            for sa in (self.target, self.worker.server_args)
+        ]
+
+    def test_capture_switches_reach_the_target_and_are_restored_on_raise(self):
+        before = self.fields()
+
+        with self.assertRaises(RuntimeError):
+            with self.worker._override_worker_state(3, 4, cuda_graph_bs=[]):
+                switched = {
+                    "speculative_num_steps": 3,
+                    "speculative_num_draft_tokens": 4,
+                    "cuda_graph_bs_decode": [],
+                    "disable_cuda_graph": True,
+                }
+                self.assertEqual(self.fields(), [switched, switched])
+                raise RuntimeError("capture failed")
+
+        self.assertEqual(self.fields(), before)
+
+    def test_a_runtime_state_switch_reaches_the_target(self):
+        state = SpecRuntimeState(
+            speculative_num_steps=3,
+            speculative_num_draft_tokens=4,
+            draft_attn_backend=None,
+            cuda_graph_runner=None,
+            target_attn_backend=None,
+            target_graph_runner=None,
+            draft_extend_attn_backend=None,
+            cuda_graph_runner_for_draft_extend=None,
+        )
+
+        self.worker.apply_runtime_state(state)
+
+        for sa in (self.target, self.worker.server_args):
+            self.assertEqual(sa.speculative_num_steps, 3)
+            self.assertEqual(sa.speculative_num_draft_tokens, 4)
+
+
+class TestMultiLayerDraftPoolSizing(_EagleDraftCase):
+    def test_the_draft_pool_is_sized_from_the_targets_mamba_cache_size(self):
+        worker = self.build_draft_worker(
+            "multi_layer_eagle_worker_v2", enable_multi_layer_eagle=True
+        )
+        # The target resolves it while allocating its own pools, which the
+        # scheduler does after the draft was built.
+        self.target.override("test.target_pool", max_mamba_cache_size=37)
+
+        draft_worker = worker._draft_worker
+        with (
+            mock.patch.object(draft_worker, "init_lm_head"),
+            mock.patch.object(draft_worker, "_init_boundary_kv_fix_state"),
+        ):
+            draft_worker.alloc_memory_pool()
+
+        self.assertEqual(draft_worker.draft_worker.pool_sized_with, 37)
+        self.assertEqual(self.target.max_mamba_cache_size, 37)
+
+
+if __name__ == "__main__":
+    unittest.main()
