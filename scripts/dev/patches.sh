@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# The patch queue: patches/series lists patches in `git format-patch` form
-# whose paths are a fork's (python/sglang/...). Plain git underneath.
+# The patch series in patches/ is the product: `git format-patch` files with
+# a fork's paths, applied in file-name order (`git am -3 patches/*.patch`).
+# The patches that edit SGLang (python/sglang/...) come first; then the ones
+# that add the shipped tests and the ratchet, whose files are kept in this
+# repository (test/registered/unit/, scripts/ratchet/) and written into the
+# series by `refresh`. Plain git underneath.
 #
-#   patches.sh apply     apply the series to the venv's installed sglang
-#   patches.sh status    say, per patch, whether the venv has it
+#   patches.sh apply     apply the SGLang edits to the venv's installed sglang
+#   patches.sh status    say, per SGLang patch, whether the venv has it
 #   patches.sh reset     reinstall the venv's sglang 0.5.16 as released
-#   patches.sh checkout  make .build/fork: a git checkout of sglang 0.5.16
-#                        (tag v0.5.16) with the series applied as commits
-#   patches.sh refresh   rewrite patches/ from .build/fork's commits
+#   patches.sh checkout  make .build/fork: sglang 0.5.16 (tag v0.5.16) in fork
+#                        layout with the series as commits, to edit SGLang in
+#   patches.sh refresh   rewrite patches/ from .build/fork's SGLang commits
+#                        and this repository's shipped files
+#   patches.sh check     fail if patches/ is not what refresh would write
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -17,7 +23,10 @@ VENV=.venv
 PRISTINE=.build/pristine
 FORK=.build/fork
 BASE_TAG=v0.5.16
-SERIES=patches/series
+IDENTITY=(-c user.name="SGLang 0.5.16 backport" -c user.email="backport@localhost")
+
+SCRATCH=$(mktemp -d)
+trap 'rm -rf "$SCRATCH"' EXIT
 
 die() {
     printf 'patches: %s\n' "$*" >&2
@@ -25,8 +34,33 @@ die() {
 }
 
 series() {
-    [ -f "$SERIES" ] || die "$SERIES is missing"
-    grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$SERIES" || true
+    compgen -G 'patches/*.patch' >/dev/null || die "no patches/*.patch"
+    printf '%s\n' patches/*.patch
+}
+
+# A patch that only touches python/ edits SGLang; the others add shipped files.
+edits_sglang() {
+    ! grep '^diff --git ' "$1" | grep -qv '^diff --git a/python/'
+}
+
+sglang_series() {
+    series | while read -r patch; do
+        if edits_sglang "$patch"; then echo "$patch"; fi
+    done
+}
+
+# The files of this repository that a shipped-files patch adds: the ratchet
+# patch takes scripts/ratchet/ and the shipped ratchet test, the tests patch
+# every other file under test/registered/unit/.
+shipped_files() {
+    local files
+    files=$(git ls-files --cached --others --exclude-standard -- \
+        test/registered/unit scripts/ratchet | grep -v '__pycache__' | sort -u)
+    if grep -q '^diff --git a/scripts/ratchet/' "$1"; then
+        grep -e '^scripts/ratchet/' -e '^test/registered/unit/.*ratchet' <<<"$files" || true
+    else
+        grep '^test/registered/unit/' <<<"$files" | grep -v 'ratchet' || true
+    fi
 }
 
 site_packages() {
@@ -34,20 +68,18 @@ site_packages() {
     "$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])'
 }
 
-# git apply inside site-packages, never discovering this repo above it.
-site_git() {
+# git apply inside site-packages, never discovering this repo above it. Fork
+# paths a/python/sglang/... map onto site-packages/sglang/... with -p2.
+site_apply() {
     local site=$1
     shift
-    (cd "$site" && GIT_CEILING_DIRECTORIES=$(dirname "$site") git "$@")
+    (cd "$site" && GIT_CEILING_DIRECTORIES=$(dirname "$site") git apply -p2 "$@")
 }
 
-# Prints applied / unapplied / conflict for one patch against site-packages.
-# Fork paths a/python/sglang/... map onto site-packages/sglang/... with -p2.
 patch_state() {
-    local site=$1 patch=$2
-    if site_git "$site" apply -p2 --reverse --check "$ROOT/$patch" 2>/dev/null; then
+    if site_apply "$1" --reverse --check "$ROOT/$2" 2>/dev/null; then
         echo applied
-    elif site_git "$site" apply -p2 --check "$ROOT/$patch" 2>/dev/null; then
+    elif site_apply "$1" --check "$ROOT/$2" 2>/dev/null; then
         echo unapplied
     else
         echo conflict
@@ -55,23 +87,21 @@ patch_state() {
 }
 
 cmd_apply() {
-    local site patch state
+    local site patch
     site=$(site_packages)
-    mapfile -t patches < <(series)
-    # Check the whole series first: nothing is applied unless all of it can be.
+    mapfile -t patches < <(sglang_series)
+    # Check them all first: nothing is applied unless all of them can be.
     for patch in "${patches[@]}"; do
-        state=$(patch_state "$site" "patches/$patch")
-        if [ "$state" = conflict ]; then
-            site_git "$site" apply -p2 --check "$ROOT/patches/$patch" || true
-            die "patches/$patch neither applies to nor is applied in $site/sglang (an older version of the series?); run 'scripts/dev/patches.sh reset', then apply again"
+        if [ "$(patch_state "$site" "$patch")" = conflict ]; then
+            site_apply "$site" --check "$ROOT/$patch" || true
+            die "$patch neither applies to nor is applied in $site/sglang (an older version of the series?); run 'scripts/dev/patches.sh reset', then apply again"
         fi
     done
     for patch in "${patches[@]}"; do
-        state=$(patch_state "$site" "patches/$patch")
-        if [ "$state" = applied ]; then
+        if [ "$(patch_state "$site" "$patch")" = applied ]; then
             echo "patches: $patch: already applied"
         else
-            site_git "$site" apply -p2 "$ROOT/patches/$patch"
+            site_apply "$site" "$ROOT/$patch"
             echo "patches: $patch: applied"
         fi
     done
@@ -80,8 +110,8 @@ cmd_apply() {
 cmd_status() {
     local site patch
     site=$(site_packages)
-    series | while read -r patch; do
-        echo "patches: $patch: $(patch_state "$site" "patches/$patch")"
+    sglang_series | while read -r patch; do
+        echo "patches: $patch: $(patch_state "$site" "$patch")"
     done
 }
 
@@ -92,50 +122,91 @@ cmd_reset() {
     echo "patches: the venv's sglang is 0.5.16 as released again"
 }
 
-fork_git() {
-    git -C "$FORK" -c user.name="sglang-backport" -c user.email="backport@localhost" "$@"
+# Fixed dates and identities: the same inputs give the same patch files.
+export GIT_COMMITTER_DATE="2026-12-01T00:00:00+00:00"
+
+# A git repository at $1 holding the pristine 0.5.16 package in fork layout,
+# committed and tagged v0.5.16.
+init_base() {
+    [ -f "$PRISTINE/.complete" ] || die "no $PRISTINE; run scripts/dev/setup.sh first"
+    mkdir -p "$1/python"
+    cp -a "$PRISTINE/sglang" "$1/python/sglang"
+    find "$1" -name '__pycache__' -prune -exec rm -rf {} +
+    git -C "$1" init -q -b backport
+    git -C "$1" add -A
+    git -C "$1" "${IDENTITY[@]}" commit -q -m "sglang 0.5.16 (the released wheel's python/sglang)"
+    git -C "$1" tag "$BASE_TAG"
+}
+
+# build_series SGLANG_PATCHES... -- OUT: the SGLang patches, then each
+# shipped-files patch of patches/ with its message and date but this
+# repository's files, written to OUT by git format-patch.
+build_series() {
+    local repo patch out file
+    repo=$(mktemp -d -p "$SCRATCH")
+    init_base "$repo"
+    while [ "$1" != -- ]; do
+        git -C "$repo" "${IDENTITY[@]}" am -q "$(realpath "$1")" || die "$1 does not apply to sglang 0.5.16"
+        shift
+    done
+    out=$2
+    series | while read -r patch; do
+        edits_sglang "$patch" && continue
+        git -C "$repo" "${IDENTITY[@]}" am -q "$ROOT/$patch"
+        git -C "$repo" rm -q -r -- $(git -C "$repo" diff --name-only HEAD~1 HEAD)
+        shipped_files "$patch" | while read -r file; do
+            mkdir -p "$repo/$(dirname "$file")"
+            cp "$file" "$repo/$file"
+        done
+        git -C "$repo" add -A
+        git -C "$repo" "${IDENTITY[@]}" commit -q --amend --no-edit --allow-empty
+    done
+    git -C "$repo" format-patch -q --zero-commit --no-signature -o "$out" "$BASE_TAG..HEAD"
 }
 
 cmd_checkout() {
-    [ -f "$PRISTINE/.complete" ] || die "no $PRISTINE; run scripts/dev/setup.sh first"
     if [ -d "$FORK/.git" ]; then
-        if [ "${1:-}" != "--force" ]; then
-            die "$FORK exists; 'refresh' writes its commits to patches/, '--force' remakes it from patches/"
-        fi
+        [ "${1:-}" = --force ] ||
+            die "$FORK exists; 'refresh' writes its commits to patches/, 'checkout --force' remakes it from patches/"
         rm -rf "$FORK"
     fi
-    mkdir -p "$FORK/python"
-    cp -a "$PRISTINE/sglang" "$FORK/python/sglang"
-    find "$FORK" -name '__pycache__' -prune -exec rm -rf {} +
-    fork_git init -q -b backport
-    fork_git add -A
-    fork_git commit -q -m "sglang 0.5.16 (the released wheel's python/sglang)"
-    fork_git tag "$BASE_TAG"
-    local patch
-    while read -r patch; do
-        fork_git am -q "$ROOT/patches/$patch"
+    init_base "$FORK"
+    series | while read -r patch; do
+        git -C "$FORK" "${IDENTITY[@]}" am -q "$ROOT/$patch"
         echo "patches: $patch: committed in $FORK"
-    done < <(series)
+    done
     echo "patches: $FORK is on branch backport, base tagged $BASE_TAG"
 }
 
 cmd_refresh() {
     [ -d "$FORK/.git" ] || die "no $FORK; run 'patches.sh checkout' first"
-    [ -z "$(fork_git status --porcelain)" ] || die "$FORK has uncommitted changes; commit them first"
-    local tmp
-    tmp=$(mktemp -d)
-    fork_git format-patch -q --zero-commit --no-signature --no-stat \
-        -o "$tmp" "$BASE_TAG..HEAD"
-    rm -f patches/*.patch
-    : >"$SERIES.new"
-    for f in "$tmp"/*.patch; do
-        [ -e "$f" ] || continue
-        cp "$f" patches/
-        basename "$f" >>"$SERIES.new"
+    [ -z "$(git -C "$FORK" status --porcelain)" ] || die "$FORK has uncommitted changes; commit them first"
+    local tmp=$SCRATCH commit
+    mkdir "$tmp/sglang" "$tmp/out"
+    # The fork's commits that edit SGLang, in order.
+    for commit in $(git -C "$FORK" rev-list --reverse "$BASE_TAG..HEAD" -- python); do
+        if git -C "$FORK" diff --name-only "$commit~1" "$commit" | grep -qv '^python/'; then
+            die "commit $commit in $FORK edits python/ and other files; keep SGLang edits in commits of their own"
+        fi
+        git -C "$FORK" format-patch -q --zero-commit --no-signature -o "$tmp/sglang" \
+            --start-number "$(($(find "$tmp/sglang" -name '*.patch' | wc -l) + 1))" -1 "$commit"
     done
-    mv "$SERIES.new" "$SERIES"
-    rm -rf "$tmp"
-    echo "patches: wrote $(wc -l <"$SERIES") patch(es) from $FORK ($BASE_TAG..HEAD)"
+    # shellcheck disable=SC2046
+    build_series $(find "$tmp/sglang" -name '*.patch' | sort) -- "$tmp/out"
+    rm -f patches/*.patch
+    cp "$tmp"/out/*.patch patches/
+    echo "patches: wrote $(find "$tmp/out" -name '*.patch' | wc -l) patches from $FORK and the shipped files"
+}
+
+cmd_check() {
+    local tmp=$SCRATCH/out
+    # shellcheck disable=SC2046
+    build_series $(sglang_series) -- "$tmp"
+    if ! diff -r -q "$tmp" patches >/dev/null; then
+        diff -r -u patches "$tmp" | head -n 40 >&2 || true
+        die "patches/ disagrees with the shipped files in this repository (above: what the series has, and what it would have); run 'scripts/dev/patches.sh refresh' and commit patches/"
+    fi
+    echo "patches: patches/ matches the shipped files"
 }
 
 case "${1:-}" in
@@ -144,8 +215,9 @@ status) cmd_status ;;
 reset) cmd_reset ;;
 checkout) cmd_checkout "${2:-}" ;;
 refresh) cmd_refresh ;;
+check) cmd_check ;;
 *)
-    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The project's test command: set up, apply the patch series to the venv's
-# sglang, prove that the regression tests fail on the unpatched 0.5.16, then
-# run every test against the patched install. Extra arguments go to the final
+# The project's test command: set up, check that the committed series carries
+# this repository's shipped files, apply the SGLang edits to the venv's sglang,
+# prove that the regression tests fail on the unpatched 0.5.16, then run every
+# test against the patched install. Extra arguments go to the final
 # pytest run (e.g. scripts/dev/test.sh -k scheduler).
 set -euo pipefail
 
@@ -9,6 +10,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 
 bash scripts/dev/setup.sh
+bash scripts/dev/patches.sh check
 bash scripts/dev/patches.sh apply
 
 echo "== regression tests against the unpatched sglang 0.5.16 (.build/pristine): each must fail"
