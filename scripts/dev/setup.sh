@@ -57,10 +57,14 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
     log "installing $TORCH_PINS"
     # shellcheck disable=SC2086
     "${PIP[@]}" install $TORCH_PINS 2> >(grep -v '^WARNING: Location' >&2)
-    log "installing sglang==$SGLANG_VERSION (no CUDA dependencies)"
-    "${PIP[@]}" install --no-deps "sglang==$SGLANG_VERSION" 2> >(grep -v '^WARNING: Location' >&2)
     log "installing requirements/cpu.txt"
     "${PIP[@]}" install -r requirements/cpu.txt 2> >(grep -v '^WARNING: Location' >&2)
+    # Last, and without its dependencies (most are CUDA-only): pip checks the
+    # dependencies of what is already installed only when it resolves some,
+    # so installing sglang before the extras would print a page of
+    # "dependency conflicts" that mean nothing here.
+    log "installing sglang==$SGLANG_VERSION (no CUDA dependencies)"
+    "${PIP[@]}" install --no-deps "sglang==$SGLANG_VERSION" 2> >(grep -v '^WARNING: Location' >&2)
 fi
 
 if ! pristine_ok; then
