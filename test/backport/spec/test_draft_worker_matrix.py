@@ -15,21 +15,13 @@ holding: the draft's context length and load format, the target published
 again afterwards.
 """
 
-import os
-import sys
 import unittest
 
+import draft_isolation_harness as harness
 import pytest
 
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase
-
-# The harness is a sibling module shared with scripts/demo; make it
-# importable whichever way this file is run (python3 FILE, pytest).
-_HERE = os.path.dirname(os.path.abspath(__file__))
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
-import draft_isolation_harness as harness  # noqa: E402  # isort: skip
 
 register_cpu_ci(est_time=40, suite="stage-a-test-cpu")
 

@@ -33,20 +33,14 @@ The other classes check that the real path really ran (sanity).
 import functools
 import os
 import shutil
-import sys
 import tempfile
 import unittest
 
 import pytest
+import real_construction_support as support
 
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
-
-import real_construction_support as support  # noqa: E402
 
 register_cpu_ci(est_time=90, suite="stage-a-test-cpu")
 
