@@ -1,0 +1,221 @@
+"""The writer ratchet's check as a user runs it, on synthetic trees: the
+verdicts and their exit status, what --update writes, bad input, and which
+tree it scans by default.
+"""
+
+import os
+import shlex
+import stat
+import subprocess
+import textwrap
+import unittest
+
+from ratchet_harness import REPO, make_tree, ratchet, write
+
+from sglang.test.ci.ci_register import register_cpu_ci
+from sglang.test.test_utils import CustomTestCase
+
+register_cpu_ci(est_time=15, suite="stage-a-test-cpu")
+
+WORKER = textwrap.dedent(
+    """
+    def build(server_args, target):
+        server_args.override("draft.context_length", context_length=target.n)
+    """
+)
+NEW_WRITE = textwrap.dedent(
+    """
+
+    def leak(server_args):
+        server_args.load_format = "dummy"
+    """
+)
+
+
+class CheckCase(CustomTestCase):
+    def setUp(self):
+        self.root = make_tree(self, {"srt/worker.py": WORKER})
+        self.dir = os.path.dirname(self.root)
+        self.baseline = os.path.join(self.dir, "baseline.txt")
+
+    def check(self, *args):
+        return ratchet("--root", self.root, "--baseline", self.baseline, *args)
+
+    def record(self):
+        self.assertEqual(self.check("--update")[0], 0)
+
+    def append(self, rel, text):
+        with open(os.path.join(self.root, rel), "a", encoding="utf-8") as fh:
+            fh.write(text)
+
+    def assert_bad_input(self, result, *needles):
+        """Exit 2 with one line on stderr that names the problem."""
+        code, out, err = result
+        self.assertEqual((code, out), (2, ""), err)
+        self.assertEqual(len(err.splitlines()), 1, err)
+        self.assertTrue(err.startswith("writer ratchet: error: "), err)
+        for needle in needles:
+            self.assertIn(needle, err)
+
+    def snapshot(self):
+        return {
+            name: (os.stat(os.path.join(self.dir, name)).st_mode, open(os.path.join(self.dir, name), "rb").read())
+            for name in os.listdir(self.dir)
+            if os.path.isfile(os.path.join(self.dir, name))
+        }  # fmt: skip
+
+
+class TestVerdicts(CheckCase):
+    def test_an_unchanged_tree_passes_and_the_report_names_tree_and_baseline(self):
+        self.record()
+        code, out, _ = self.check()
+        self.assertEqual(code, 0, out)
+        self.assertIn("OK: 1 ServerArgs writer sites in", out)
+        self.assertIn(self.root, out)
+        self.assertIn(self.baseline, out)
+
+    def test_one_more_write_fails_and_is_named_with_file_line_and_code(self):
+        self.record()
+        self.append("srt/worker.py", NEW_WRITE)
+        code, out, _ = self.check()
+        self.assertEqual(code, 1, out)
+        self.assertIn("grew from 1", out)
+        path = os.path.join(self.root, "srt", "worker.py")
+        self.assertIn(
+            f'{path}:7: server_args.load_format = "dummy"  [assign in leak]', out
+        )
+
+    def test_a_write_moved_to_another_line_or_reformatted_still_passes(self):
+        self.record()
+        write(self.root, "srt/worker.py", '"""Docs."""\n\nimport os\n' + WORKER.replace(
+            "context_length=target.n", "\n        context_length=target.n + 1,\n    "
+        ))  # fmt: skip
+        code, out, _ = self.check()
+        self.assertEqual(code, 0, out)
+        self.assertNotIn("New sites", out)
+
+    def test_a_write_that_moved_to_another_function_passes_and_is_listed(self):
+        self.record()
+        write(self.root, "srt/worker.py", WORKER.replace("def build", "def make"))
+        code, out, _ = self.check()
+        self.assertEqual(code, 0, out)
+        self.assertIn("[override in make]", out)
+        self.assertIn("in build: server_args.override('draft.context_length'", out)
+
+    def test_a_shrink_fails_until_the_printed_command_locks_it_in(self):
+        self.append("srt/worker.py", NEW_WRITE)
+        self.record()
+        write(self.root, "srt/worker.py", WORKER)
+        code, out, _ = self.check()
+        self.assertEqual(code, 1, out)
+        self.assertIn("shrank from 2", out)
+        command = out.split("To lock the fall in: ")[1].split(", and commit")[0]
+        subprocess.run(shlex.split(command), cwd=REPO, check=True, capture_output=True)
+        self.assertEqual(self.check()[0], 0)
+
+    def test_update_keeps_the_baseline_files_mode(self):
+        self.record()
+        os.chmod(self.baseline, 0o640)
+        self.append("srt/worker.py", NEW_WRITE)
+        self.record()
+        self.assertEqual(stat.S_IMODE(os.stat(self.baseline).st_mode), 0o640)
+        self.assertEqual(self.check()[0], 0)
+
+
+class TestBadInput(CheckCase):
+    def test_a_missing_root_or_a_file_as_root(self):
+        self.assert_bad_input(ratchet("--root", self.root + "-nope"), "does not exist")
+        path = os.path.join(self.root, "srt", "worker.py")
+        self.assert_bad_input(ratchet("--root", path), "is not a directory")
+
+    def test_a_root_without_python_files(self):
+        empty = os.path.join(self.dir, "empty")
+        os.makedirs(os.path.join(empty, "srt"))
+        self.assert_bad_input(ratchet("--root", empty), "no Python files in")
+
+    def test_an_unparsable_file_is_named_with_its_line(self):
+        self.record()
+        write(
+            self.root, "srt/broken.py", "def f(server_args):\n    server_args.x = (\n"
+        )
+        path = os.path.join(self.root, "srt", "broken.py")
+        self.assert_bad_input(self.check(), f"{path}:2: cannot parse", "fix the file")
+        self.assert_bad_input(self.check("--update"), f"{path}:2: cannot parse")
+
+    def test_a_missing_or_corrupt_baseline(self):
+        self.assert_bad_input(self.check(), "no baseline", "--update")
+        self.record()
+        with open(self.baseline, encoding="utf-8") as fh:
+            good = fh.read()
+        for bad in (
+            "",
+            "{not json\n",
+            good.splitlines()[0] + "\n",
+            good.replace("\t", " "),
+        ):
+            with self.subTest(bad=bad[:20]):
+                with open(self.baseline, "w", encoding="utf-8") as fh:
+                    fh.write(bad)
+                self.assert_bad_input(self.check(), "is corrupt", "--update")
+        with open(self.baseline, "w", encoding="utf-8") as fh:
+            fh.write(good.replace("rules 2", "rules 1"))
+        self.assert_bad_input(self.check(), "older rules", "--update")
+        with open(self.baseline, "wb") as fh:
+            fh.write(b"\xff\xfe")
+        self.assert_bad_input(self.check(), "cannot read", "--update")
+
+    def test_update_with_a_read_only_baseline_writes_nothing(self):
+        self.record()
+        os.chmod(self.baseline, 0o444)
+        self.append("srt/worker.py", NEW_WRITE)
+        before = self.snapshot()
+        self.assert_bad_input(self.check("--update"), "is read-only", "chmod u+w")
+        self.assertEqual(self.snapshot(), before)
+
+    def test_update_into_a_read_only_or_missing_directory_writes_nothing(self):
+        folder = os.path.join(self.dir, "ro")
+        os.makedirs(folder)
+        os.chmod(folder, 0o555)
+        self.addCleanup(os.chmod, folder, 0o755)
+        code = ratchet(
+            "--root", self.root, "--baseline", os.path.join(folder, "b.txt"), "--update"
+        )
+        self.assert_bad_input(code, "is read-only")
+        self.assertEqual(os.listdir(folder), [])
+        missing = os.path.join(self.dir, "nope", "b.txt")
+        self.assert_bad_input(
+            ratchet("--root", self.root, "--baseline", missing, "--update"), "no directory"
+        )  # fmt: skip
+
+
+class TestDefaultTree(CheckCase):
+    def test_inside_a_checkout_the_default_is_its_python_sglang(self):
+        checkout = os.path.join(self.dir, "fork")
+        os.makedirs(os.path.join(checkout, "python", "docs"))
+        os.rename(self.root, os.path.join(checkout, "python", "sglang"))
+        code, out, _ = ratchet("--list", cwd=os.path.join(checkout, "python", "docs"))
+        self.assertEqual(code, 0, out)
+        self.assertIn("[override in build]", out)
+        self.assertIn(
+            f"sites in {checkout}/python/sglang (the checkout {checkout})", out
+        )
+
+    def test_elsewhere_the_default_is_the_installed_sglang(self):
+        code, out, _ = ratchet("--list", cwd=self.dir)
+        self.assertEqual(code, 0, out)
+        import sglang
+
+        installed = os.path.realpath(os.path.dirname(sglang.__file__))
+        self.assertIn(f"sites in {installed} (the installed sglang)", out)
+
+    def test_a_checkout_without_a_baseline_or_a_git_commit_is_told_what_to_do(self):
+        checkout = os.path.join(self.dir, "fork")
+        os.makedirs(os.path.join(checkout, "python"))
+        os.rename(self.root, os.path.join(checkout, "python", "sglang"))
+        env = dict(os.environ, GIT_CEILING_DIRECTORIES=self.dir)
+        code, out, err = ratchet(cwd=checkout, env=env)
+        self.assert_bad_input((code, out, err), "no git commit added", "--update")
+
+
+if __name__ == "__main__":
+    unittest.main()

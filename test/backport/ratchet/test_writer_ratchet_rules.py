@@ -1,0 +1,278 @@
+"""What the writer ratchet counts, on small synthetic sglang trees: every
+ServerArgs write form and receiver, whatever the layout, and nothing else;
+and which edits make a new site.
+"""
+
+import unittest
+
+from ratchet_harness import load_ratchet, make_tree
+
+from sglang.test.ci.ci_register import register_cpu_ci
+from sglang.test.test_utils import CustomTestCase
+
+register_cpu_ci(est_time=5, suite="stage-a-test-cpu")
+
+wr = load_ratchet()
+
+
+class RatchetCase(CustomTestCase):
+    def sites(self, source, rel="srt/a.py"):
+        return wr.scan(make_tree(self, {rel: source}))[0]
+
+    def writes(self, source):
+        return [site.write for site in self.sites(source)]
+
+
+class TestMentionsAreNotWrites(RatchetCase):
+    def test_a_comment_docstring_or_string_that_spells_a_write_is_not_counted(self):
+        writes = self.writes(
+            '''
+            """server_args.override("x", port=1) and server_args.port = 1"""
+
+            def f(server_args):
+                """setattr(server_args, "port", 1)"""
+                # server_args.override("y", port=2); del server_args.port
+                msg = "server_args.port = 3; sa.override('z', a=1)"
+                return server_args.port, f"{msg} server_args.x = 1"
+            '''
+        )
+        self.assertEqual(writes, [])
+
+    def test_reads_and_writes_into_a_fields_value_are_not_counted(self):
+        writes = self.writes(
+            """
+            def f(server_args):
+                server_args.lora_paths[0] = "a"
+                server_args.model_config.x = 1
+                return server_args.port + len(server_args.lora_paths)
+            """
+        )
+        self.assertEqual(writes, [])
+
+    def test_an_argparse_namespace_and_other_override_apis_are_not_server_args(self):
+        writes = self.writes(
+            """
+            def main(parser):
+                args = parser.parse_args()
+                args.port = 1
+                envs.SGLANG_X.override(True)
+                get_parallel().override(tp=2)
+
+            class ServerArgs:
+                def __post_init__(self):
+                    self.port = 1
+                    setattr(self, "host", "h")
+            """
+        )
+        self.assertEqual(writes, [])
+
+
+class TestEveryWriteForm(RatchetCase):
+    def test_each_way_of_writing_a_field_is_one_site(self):
+        sites = self.sites(
+            """
+            def f(server_args, n):
+                server_args.override("src", port=1, host=2)
+                server_args.port = 1
+                server_args.port += n
+                server_args.port: int = 2
+                del server_args.host
+                server_args.a, (server_args.b, *server_args.c) = 1, (2, 3)
+                for server_args.d in range(n):
+                    pass
+                with open("x") as server_args.e:
+                    pass
+                setattr(server_args, "f", 1)
+                object.__setattr__(server_args, "g", 1)
+                server_args.__setattr__("h", 1)
+                declare_load_time_override("model", {"dtype": "half"})
+            """
+        )
+        self.assertEqual(
+            sorted((site.kind, site.write) for site in sites),
+            [
+                ("assign", "del server_args.host"),
+                ("assign", "server_args.a ="),
+                ("assign", "server_args.b ="),
+                ("assign", "server_args.c ="),
+                ("assign", "server_args.d ="),
+                ("assign", "server_args.e ="),
+                ("assign", "server_args.port +="),
+                ("assign", "server_args.port ="),
+                ("assign", "server_args.port ="),
+                ("declare", "declare_load_time_override('model', {'dtype'})"),
+                ("override", "server_args.override('src', host=..., port=...)"),
+                ("setattr", "object.__setattr__(server_args, 'g', ...)"),
+                ("setattr", "server_args.__setattr__('h', ...)"),
+                ("setattr", "setattr(server_args, 'f', ...)"),
+            ],
+        )
+
+    def test_each_receiver_form_is_a_server_args(self):
+        writes = self.writes(
+            """
+            import copy
+
+            def f(self, draft_server_args, model_runner, cfg: "Optional[ServerArgs]"):
+                self.server_args.override("a", x=1)
+                self.scheduler.target_server_args.port = 1
+                get_server_args().override("b", x=1)
+                get_global_server_args().port = 2
+                draft_server_args_copy(self.server_args).port = 3
+                ServerArgs(model_path="m").port = 4
+                ServerArgs.from_cli_args(ns).port = 5
+                copy.deepcopy(self.server_args).port = 6
+                draft_server_args.port = 7
+                cfg.port = 8
+                args.override("c", x=1)
+                sa.override("d", x=1)
+            """
+        )
+        self.assertEqual(len(writes), 12, writes)
+
+    def test_names_bound_to_a_server_args_are_followed_in_their_scope(self):
+        writes = self.writes(
+            """
+            import copy, dataclasses
+
+            def f(self, model_runner):
+                args = model_runner.server_args
+                args.a = 1
+                other = args
+                other.b = 2
+                clone = copy.copy(other)
+                clone.c = 3
+                for sa in (self.server_args, self.draft_server_args):
+                    sa.override("d", x=1)
+                if (cfg := get_server_args()) is not None:
+                    cfg.e = 5
+                typed: ServerArgs = make()
+                typed.f = 6
+                replaced = dataclasses.replace(self.server_args)
+                replaced.g = 7
+
+                def inner():
+                    args.h = 8
+
+                def shadowed(args):
+                    args.i = 9
+            """
+        )
+        self.assertEqual(
+            writes,
+            ["args.a =", "other.b =", "clone.c =", "sa.override('d', x=...)",
+             "cfg.e =", "typed.f =", "replaced.g =", "args.h ="],
+        )  # fmt: skip
+
+
+class TestAnyLayout(RatchetCase):
+    def test_an_alias_written_without_spaces_is_counted(self):
+        sites = self.sites(
+            """
+            class Worker:
+                def init(self):
+                    cfg=self.server_args
+                    cfg.port=1
+                def one_line(self): cfg=self.server_args;cfg.host=2
+            """
+        )
+        self.assertEqual(
+            [(s.line, s.write, s.function) for s in sites],
+            [(5, "cfg.port =", "Worker.init"), (6, "cfg.host =", "Worker.one_line")],
+        )
+
+    def test_a_receiver_split_across_lines_is_counted(self):
+        sites = self.sites(
+            """
+            def f(self):
+                (
+                    self
+                    .server_args
+                ).port = 1
+                (self.
+                    server_args.
+                    override)(
+                        "src", port=2)
+                x = [1, 2, \\
+                     3]; self.server_args \\
+                    .host = x
+            """
+        )
+        self.assertEqual(
+            [(s.line, s.kind, s.code) for s in sites],
+            [
+                (3, "assign", "(self .server_args).port = 1"),
+                (7, "override", '(self. server_args. override)("src", port=2)'),
+                (12, "assign", "self.server_args .host = x"),
+            ],
+        )
+
+    def test_writes_at_module_level_in_class_bodies_lambdas_and_decorators_count(self):
+        sites = self.sites(
+            """
+            get_server_args().port = 1
+
+            @register(lambda: setattr(get_server_args(), "a", 1))
+            def f():
+                g = lambda server_args: server_args.override("src", x=1)
+
+            class C:
+                get_server_args().host = 2
+            """
+        )
+        self.assertEqual(
+            [(s.function, s.kind) for s in sites],
+            [("<module>", "assign"), ("<module>", "setattr"), ("f", "override"),
+             ("C", "assign")],
+        )  # fmt: skip
+
+    def test_a_tab_indented_file_with_crlf_line_ends_is_counted(self):
+        sites = self.sites(
+            "def f(server_args):\r\n\tif 1:\r\n\t\tserver_args.port = 1\r\n"
+        )
+        self.assertEqual(
+            [(s.line, s.code) for s in sites], [(3, "server_args.port = 1")]
+        )
+
+    def test_a_name_spelled_with_compatibility_characters_is_counted(self):
+        # Python reads identifiers in NFKC form: this is server_args.port = 1
+        sites = self.sites("def f(\uff53erver_args):\n    \uff53erver_args.port = 1\n")
+        self.assertEqual([s.write for s in sites], ["server_args.port ="])
+
+
+class TestWhatMakesANewSite(RatchetCase):
+    BEFORE = """
+        def f(server_args, value):
+            server_args.override("src", port=value, host=1)
+            server_args.port = value
+        """
+
+    def keys(self, source):
+        return sorted(wr.key(site) for site in self.sites(source))
+
+    def test_a_moved_line_an_edited_value_or_reordered_keywords_keep_the_key(self):
+        after = """
+            import os
+
+
+            def f(server_args, value):
+                server_args.override(
+                    "src", host=os.environ["H"], port=value + 1,
+                )
+                server_args.port = value * 2
+            """
+        self.assertEqual(self.keys(after), self.keys(self.BEFORE))
+
+    def test_another_field_source_or_function_is_another_key(self):
+        for after in (
+            self.BEFORE.replace("host=1", "host=1, dtype=2"),
+            self.BEFORE.replace('"src"', '"other"'),
+            self.BEFORE.replace("server_args.port =", "server_args.host ="),
+            self.BEFORE.replace("def f(", "def g("),
+        ):
+            with self.subTest(after=after):
+                self.assertNotEqual(self.keys(after), self.keys(self.BEFORE))
+
+
+if __name__ == "__main__":
+    unittest.main()

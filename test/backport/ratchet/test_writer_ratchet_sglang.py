@@ -1,0 +1,74 @@
+"""The writer ratchet on the real sglang 0.5.16 packages: on the release it
+finds exactly the sites the previous ratchet found by a full parse, and the
+fix lowers the count that scripts/ratchet/baseline.txt records.
+
+The regression test scans the sglang that ``import sglang`` finds: the
+patched install here, the untouched release under
+``PYTHONPATH=.build/pristine``, where it must fail.
+"""
+
+import os
+import unittest
+
+import pytest
+from ratchet_harness import BASELINE, PRISTINE, load_ratchet, ratchet
+
+import sglang
+from sglang.test.ci.ci_register import register_cpu_ci
+from sglang.test.test_utils import CustomTestCase
+
+register_cpu_ci(est_time=20, suite="stage-a-test-cpu")
+
+wr = load_ratchet()
+PREVIOUS = os.path.join(
+    os.path.dirname(__file__), "pristine_sites_by_the_previous_ratchet.txt"
+)
+# The draft values that 0.5.16 writes onto the target's (shared) ServerArgs.
+DRAFT_WRITES = (
+    "'scheduler.draft_load_format'",
+    "'spec_worker.match_target_context_length'",
+)
+
+
+class TestRealPackages(CustomTestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.release = wr.scan(PRISTINE)[0]
+
+    def test_on_the_release_it_finds_what_the_previous_full_parse_found(self):
+        with open(PREVIOUS, encoding="utf-8") as fh:
+            previous = sorted(
+                line for line in fh.read().splitlines() if line[:1] != "#"
+            )
+        found = [f"{s.file}:{s.line} {s.kind} {s.function}" for s in self.release]
+        self.assertEqual(len(previous), 75)
+        self.assertEqual(sorted(found), previous)
+
+    def test_the_recorded_count_is_below_the_releases(self):
+        self.assertLess(len(wr.read_baseline(BASELINE)), len(self.release))
+
+    def test_the_installed_sglang_has_exactly_the_recorded_sites(self):
+        code, out, err = ratchet()
+        self.assertEqual(code, 0, out + err)
+        self.assertNotIn("New sites", out)
+
+    @pytest.mark.regression
+    def test_the_fix_takes_the_count_below_the_release_and_drops_the_draft_writes(self):
+        root = os.path.realpath(os.path.dirname(sglang.__file__))
+        sites = wr.scan(root)[0]
+        recorded = wr.read_baseline(BASELINE)
+        leaks = [
+            f"{s.file}:{s.line}: {s.code}" for s in sites
+            if s.kind == "override" and any(w in s.write for w in DRAFT_WRITES)
+        ]  # fmt: skip
+        self.assertLessEqual(
+            len(sites),
+            len(recorded),
+            f"{root} has more ServerArgs writer sites than the fix leaves; the "
+            "draft writes onto the shared instance:\n" + "\n".join(leaks),
+        )
+        self.assertEqual(leaks, [])
+
+
+if __name__ == "__main__":
+    unittest.main()
