@@ -95,8 +95,8 @@ def is_sa(node, aliases):
 
 def _typed(annotation):
     for node in ast.walk(annotation) if annotation else ():
-        text = node.value if isinstance(node, ast.Constant) else None
-        if _name(node) == "ServerArgs" or re.search(r"\bServerArgs\b", str(text)):
+        text = str(node.value) if type(node) is ast.Constant else ""
+        if _name(node) == "ServerArgs" or re.search(r"\bServerArgs\b", text):
             return True
     return False
 
