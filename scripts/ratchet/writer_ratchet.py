@@ -1,27 +1,27 @@
 #!/usr/bin/env python3
 """Writer ratchet: fail when the places that write onto a ServerArgs grow.
 
-In sglang 0.5.16 the scheduler, the target worker and get_server_args() share
-one ServerArgs, so a write onto it can leak, as the speculative drafts' did.
-Every .py that names server_args, ServerArgs or override (NFKC, as Python
-reads names) but srt/arg_groups/ and multimodal_gen/ is parsed with ast:
-comments, strings and layout never count. A site: R.override(...) (and
-args.override, sa.override), R.x = / += / del (in a tuple, for or with
-too), setattr(R, ...), object.__setattr__(R, ...), R.__setattr__(...),
-declare_load_time_override(...). R: a name or attribute [*_]server_args; a
-call of ServerArgs[.*], of *server_args[_copy] (not set_*, override_*), or
-copy/deepcopy/replace of an R; a name bound to an R in its scope or an outer
-one (an argument annotated ServerArgs, cfg = R, for sa in (R, R), sa := R);
-not self. A site's key is file, function and the write without its values.
+In 0.5.16 the scheduler, the target worker and get_server_args() share one
+ServerArgs, so a write onto it can leak, as the speculative drafts' did. Each
+.py naming server_args, ServerArgs or override (NFKC, as Python reads names),
+but srt/arg_groups/ and multimodal_gen/, is parsed with ast, so comments,
+strings and layout never count. Sites: R.override(...) (and args., sa.),
+R.x = / += / del (also in a tuple, for, with), setattr(R, ...),
+object.__setattr__(R, ...), R.__setattr__(...), declare_load_time_override().
+R: a name or attribute [*_]server_args; a call of ServerArgs[.*], of
+*server_args[_copy] (not set_*, override_*), of copy/deepcopy/replace of an
+R; a name bound to an R in its scope or an outer one (cfg = R, for sa in (R,
+R), sa := R, an argument annotated ServerArgs); not self. Key: file,
+function, and the write less its values.
 
 Tree: --root, else python/sglang of the checkout around the working
 directory, else the installed sglang. Baseline: --baseline, else the tree's
-scripts/ratchet/baseline.txt (this script's for an installed sglang) if it
-exists, else the tree at the git commit that added this script: after git am
-of the backport a fork needs no step. --update writes the baseline file (to
-commit; e.g. to accept a reviewed write). Exit status: 0 the count is the
-baseline's; 1 it changed (new sites shown as file:line: code  [kind in
-function]); 2 bad input (one line saying what to do, nothing written).
+scripts/ratchet/baseline.txt (this script's for an installed sglang) if any,
+else the tree at the git commit that added this script, so a fork needs no
+step after git am. --update writes the baseline file (commit it, e.g. to
+accept a reviewed write). Exit: 0 the count is the baseline's; 1 it changed
+(new sites shown as file:line: code  [kind in function]); 2 bad input (one
+line on what to do; nothing written).
 """
 
 import argparse
@@ -73,10 +73,8 @@ def _sa_func(name):
 
 def is_sa(node, aliases):
     """Whether the expression ``node`` denotes a ServerArgs."""
-    if isinstance(node, ast.Name):
-        return bool(STRONG.match(node.id)) or node.id in aliases
-    if isinstance(node, ast.Attribute):
-        return bool(STRONG.match(node.attr))
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        return bool(STRONG.match(_name(node))) or getattr(node, "id", 0) in aliases
     if isinstance(node, ast.NamedExpr):
         return is_sa(node.value, aliases)
     if isinstance(node, ast.BoolOp):
@@ -458,12 +456,11 @@ def check(args, argv):
     tree = resolve_tree(args.root)
     sites, files = scan(tree.root)
     if args.list:
-        print("".join(_line(site, tree.root) + "\n" for site in sites), end="")
         kinds = sorted(Counter(site.kind for site in sites).items())
-        kinds = ", ".join(f"{kind} {n}" for kind, n in kinds)
-        print(
-            f"{len(sites)} ServerArgs writer sites in {tree.about} ({files} files; {kinds})"
-        )
+        kinds = ", ".join([f"{files} files"] + [f"{k} {n}" for k, n in kinds])
+        for site in sites:
+            print(_line(site, tree.root))
+        print(f"{len(sites)} ServerArgs writer sites in {tree.about} ({kinds})")
         return 0
     mine = os.path.join(tree.checkout, "scripts", "ratchet") if tree.checkout else ""
     path = args.baseline or os.path.join(mine or HERE, "baseline.txt")
