@@ -15,9 +15,10 @@ these checks). Plain git underneath:
    version strings. Every patch present (it reverse-applies): nothing to do.
    Upstream's own fix (v0.5.17's ``draft_server_args_copy`` in
    ``speculative/draft_worker_common.py``, or the per-runner
-   ``_resolve_draft_load_format`` of later releases): nothing to do. This
-   backport's fix in another revision (its helper, its publishing scope and
-   none of the five draft writes left): nothing to do. Part of the fix that a
+   ``_resolve_draft_load_format`` of later releases): nothing to do. A patch
+   merged 3-way counts as present when every line it adds is in its file.
+   This backport's fix in another revision (its helper, its publishing scope
+   and none of the five draft writes left): nothing to do. Part of the fix that a
    missing patch adds, beside what is still missing: refused, with the list.
    Otherwise the patches already present (say an earlier, shorter series)
    are skipped and the rest applied.
@@ -368,24 +369,40 @@ def scratch_index(fork: Fork):
         yield env
 
 
+def merged_in(patch: Patch, texts: dict) -> bool:
+    """Every line the patch adds (one with a letter or digit) is a line of its
+    file at HEAD: the patch is in, merged with the fork's own changes."""
+    for path, added in patch.added.items():
+        wanted = {line.strip() for line in added.splitlines() if re.search(r"\w", line)}
+        lines = {line.strip() for line in (texts.get(path) or "").splitlines()}
+        if wanted - lines:
+            return False
+    return True
+
+
 def missing_patches(fork: Fork, series: list) -> list:
     """The patches of the series that are not in the fork, or refuse."""
     with scratch_index(fork) as env:
-        present = [
+        exact = [
             git(
                 fork.top, "apply", "--cached", "--check", "-R", str(p.path), env=env
             ).returncode
             == 0
             for p in series
         ]
-    missing = [p for p, here in zip(series, present) if not here]
+    files = [f for f, _, _ in UPSTREAM + OURS + BUG_SITES]
+    texts = head_files(fork, files + [f for p in series for f in p.added])
+    merged = [not e and merged_in(p, texts) for p, e in zip(series, exact)]
+    missing = [p for p, e, m in zip(series, exact, merged) if not (e or m)]
     if not missing:
+        names = ", ".join(p.name for p, m in zip(series, merged) if m)
         say(
             f"already patched: {q(fork.top)} has every patch of this backport "
-            f"({', '.join(p.name for p in series)}); nothing to do"
+            f"({', '.join(p.name for p in series)}"
+            + (f"; merged with your changes: {names}" if names else "")
+            + "); nothing to do"
         )
         return []
-    texts = head_files(fork, [f for f, _, _ in UPSTREAM + OURS + BUG_SITES])
     has = lambda f, code: code in (texts[f] or "")  # noqa: E731
     upstream = [what for f, code, what in UPSTREAM if has(f, code)]
     if upstream:
@@ -400,9 +417,9 @@ def missing_patches(fork: Fork, series: list) -> list:
     sglang_missing = any(f.startswith("python/") for p in missing for f in p.changed)
     if len(ours) == len(OURS) and not bugs and sglang_missing:
         say(
-            f"already patched: {q(fork.top)} has this backport's fix in another "
-            f"revision than {q(PATCHES)} ({' and '.join(ours)}, none of the draft "
-            "writes onto the target's config); nothing to do"
+            f"already patched: {q(fork.top)} has this backport's fix "
+            f"({' and '.join(ours)}, none of the draft writes onto the target's "
+            f"config) in another revision than {q(PATCHES)}; nothing to do"
         )
         return []
     # Part of the fix that a missing patch would add is there already.
@@ -424,10 +441,8 @@ def missing_patches(fork: Fork, series: list) -> list:
             "this again; nothing was changed"
         )
     if len(missing) < len(series):
-        say(
-            f"{q(fork.top)} already has "
-            f"{', '.join(p.name for p in series if p not in missing)}; applying the rest"
-        )
+        names = ", ".join(p.name for p in series if p not in missing)
+        say(f"{q(fork.top)} already has {names}; applying the rest")
     return missing
 
 

@@ -427,6 +427,9 @@ class TestApplyingTheSeries(ForkCase):
         merged = (fork / SCHEDULER).read_text(encoding="utf-8")
         self.assertIn("# fork: a local note near the backport", merged)
         self.assertIn("draft_server_args_copy(", merged)
+        self.leaves_alone(
+            fork, "has every patch of this backport", "; merged with your changes: "
+        )
 
     def _imported_fork(self):
         """A fork imported without upstream history: its server_args.py and
@@ -568,20 +571,26 @@ class TestWhatTheForkAlreadyHas(ForkCase):
         self.assertEqual(self.apply(fork).returncode, 0)
         path = fork / SERVER_ARGS
         text = path.read_text(encoding="utf-8")
-        marker = text.index("def draft_server_args_copy(")
-        path.write_text(
-            text[:marker] + "# fork: our revision of the helper\n" + text[marker:],
-            encoding="utf-8",
-        )
+        docstring = re.search(r"def draft_server_args_copy\(.*\n\s+\"\"\"(.*)\n", text)
+        path.write_text(text.replace(docstring[1], "Our own revision."), "utf-8")
         self.commit_all(fork, "fork: our own revision of the backport")
-        self.leaves_alone(fork, "already patched", "in another revision")
+
+        self.leaves_alone(fork, "already patched", "in another revision than")
 
     def test_a_fork_with_the_first_patches_gets_only_the_rest(self):
-        # One patch, and every patch but the last (an earlier, shorter series).
-        for count in sorted({1, len(SERIES) - 1} - {0}):
-            with self.subTest(present=count):
+        # One patch, and every patch but the last (an earlier, shorter series),
+        # also merged 3-way into a fork that drifted.
+        for count, drifted in (
+            (1, False),
+            (len(SERIES) - 1, False),
+            (len(SERIES) - 1, True),
+        ):
+            with self.subTest(present=count, drifted=drifted):
                 fork = self.clone()
-                self.git(fork, "am", "-q", *map(str, SERIES[:count]))
+                if drifted:
+                    self.drift(fork, SCHEDULER)
+                    self.commit_all(fork, "fork: a note near the backport")
+                self.git(fork, "am", "-q", "-3", *map(str, SERIES[:count]))
                 head = self.git(fork, "rev-parse", "HEAD")
 
                 proc = self.apply(fork)
