@@ -164,7 +164,7 @@ build_series() {
         git -C "$repo" add -A
         git -C "$repo" "${IDENTITY[@]}" commit -q --amend --no-edit --allow-empty
     done
-    git -C "$repo" format-patch -q --zero-commit --no-signature -o "$out" "$BASE_TAG..HEAD"
+    git -C "$repo" format-patch -q --zero-commit --no-signature --full-index -o "$out" "$BASE_TAG..HEAD"
 }
 
 cmd_checkout() {
@@ -191,7 +191,7 @@ cmd_refresh() {
         if git -C "$FORK" diff --name-only "$commit~1" "$commit" | grep -qv '^python/'; then
             die "commit $commit in $FORK edits python/ and other files; keep SGLang edits in commits of their own"
         fi
-        git -C "$FORK" format-patch -q --zero-commit --no-signature -o "$tmp/sglang" \
+        git -C "$FORK" format-patch -q --zero-commit --no-signature --full-index -o "$tmp/sglang" \
             --start-number "$(($(find "$tmp/sglang" -name '*.patch' | wc -l) + 1))" -1 "$commit"
     done
     # shellcheck disable=SC2046

@@ -624,7 +624,7 @@ def trial_run(fork: Fork, patches: list, lacking: list) -> tuple:
                 conflicts.append((failed, files))
                 git(tree, "add", "-A")
                 step = "--continue"
-            elif "sha1 information is lacking" in output:
+            elif "lacking or useless" in output or "lacks necessary blobs" in output:
                 no_base.append((failed, [f for f in failed.preimages if f in lacking]))
                 step = "--skip"
             else:
@@ -657,7 +657,8 @@ def trial_run(fork: Fork, patches: list, lacking: list) -> tuple:
     if no_base:
         files = ", ".join(dict.fromkeys(f for _, fs in no_base for f in fs))
         where = (
-            f"run `bash {q(SETUP)}` (it unpacks the release into {q(PRISTINE)})"
+            f"run `bash {q(SETUP)} --pristine-only` (it unpacks the release into "
+            f"{q(PRISTINE)})"
             if not (PRISTINE / "sglang").is_dir()
             else f"fetch them (`{fork.cd} git fetch {UPSTREAM_REPO} v0.5.16`)"
         )
