@@ -5,7 +5,8 @@
 # dependencies, the pinned extras in requirements/cpu.txt) and .build/pristine/
 # (the untouched sglang 0.5.16 package from the wheel: the unpatched side of
 # the demonstration and of the regression proof). A second run with nothing
-# changed does nothing and says so.
+# changed does nothing and says so. `setup.sh --pristine-only` makes only
+# .build/pristine.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -34,6 +35,35 @@ pristine_ok() {
     [ -f "$PRISTINE/sglang/srt/server_args.py" ] &&
         [ -f "$PRISTINE/.complete" ]
 }
+
+# Unpack the released package from the wheel into $PRISTINE, with $1 -m pip.
+unpack_pristine() {
+    log "unpacking the pristine sglang $SGLANG_VERSION package into $PRISTINE"
+    rm -rf "$PRISTINE" .build/wheels
+    mkdir -p .build/wheels "$PRISTINE"
+    "$1" -m pip --disable-pip-version-check -q download --no-deps \
+        "sglang==$SGLANG_VERSION" -d .build/wheels 2> >(grep -v '^WARNING: Location' >&2)
+    "$1" - "$PRISTINE" .build/wheels/sglang-"$SGLANG_VERSION"-*.whl <<'EOF'
+import sys
+import zipfile
+
+dest, wheel = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as zf:
+    zf.extractall(dest, [n for n in zf.namelist() if n.startswith("sglang/")])
+EOF
+    touch "$PRISTINE/.complete"
+}
+
+# --pristine-only: just the release's files (what scripts/fork/apply_to_fork.py
+# needs to give a fork the merge base), with any python3 that has pip.
+if [ "${1:-}" = --pristine-only ]; then
+    if pristine_ok; then
+        log "up to date, nothing to do ($PRISTINE)"
+    else
+        unpack_pristine "$(command -v "$PYTHON" || command -v python3)"
+    fi
+    exit 0
+fi
 
 want=$(stamp_value)
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && pristine_ok; then
@@ -68,20 +98,7 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
 fi
 
 if ! pristine_ok; then
-    log "unpacking the pristine sglang $SGLANG_VERSION package into $PRISTINE"
-    rm -rf "$PRISTINE" .build/wheels
-    mkdir -p .build/wheels "$PRISTINE"
-    "${PIP[@]}" download --no-deps "sglang==$SGLANG_VERSION" -d .build/wheels \
-        2> >(grep -v '^WARNING: Location' >&2)
-    "$VENV/bin/python" - "$PRISTINE" .build/wheels/sglang-"$SGLANG_VERSION"-*.whl <<'EOF'
-import sys
-import zipfile
-
-dest, wheel = sys.argv[1], sys.argv[2]
-with zipfile.ZipFile(wheel) as zf:
-    zf.extractall(dest, [n for n in zf.namelist() if n.startswith("sglang/")])
-EOF
-    touch "$PRISTINE/.complete"
+    unpack_pristine "$VENV/bin/python"
 fi
 
 "$VENV/bin/python" -c "import sglang.srt.server_args, sglang.srt.managers.scheduler" \
