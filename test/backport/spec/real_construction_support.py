@@ -289,44 +289,21 @@ CPU_CONSTRUCTION_ARGS = [
 def _install_kernel_stand_ins() -> None:
     """Install the one test double of this module: ``vllm._custom_ops``.
 
-    Import chain that needs it (sglang 0.5.16, no CUDA device, not the
-    SGLANG_USE_CPU_ENGINE path):
-      Scheduler.init_tp_model_worker -> TpModelWorker -> ModelRunner.load_model
-      -> LlamaForCausalLM.__init__ -> LlamaAttention.__init__ -> get_rope
-      -> RotaryEmbedding.__init__ (layers/rotary_embedding/base.py ~117):
-         ``from vllm._custom_ops import rotary_embedding``
-    taken when the platform is neither CUDA nor HIP nor the CPU engine. The
-    function is stored as ``fallback_rotary_embedding`` and only called from a
-    forward pass, which construction never runs. The stand-in raises if it is
-    ever called. vllm is not installable here (CUDA-only wheels), and the stock
-    alternative (SGLANG_USE_CPU_ENGINE=1) imports the CPU ``sgl_kernel`` build
-    unguarded (speculative/eagle_worker_common.py, spec_utils.py), which needs
-    Intel AMX and is not installed.
-
-    Only called inside a case subprocess, before sglang is imported; never a
-    .pth file or sitecustomize. The model registry also imports e.g.
-    ``awq_dequantize`` from it for models we do not use: that import fails
-    and sglang skips those models, as it does for any missing optional kernel.
+    It is declared, with what it replaces and why, beside the other CPU
+    stand-ins in ``test/backport/e2e/cpu_serving.py``
+    (``install_vllm_custom_ops_stand_in``); on this construction path it is
+    imported by ``RotaryEmbedding.__init__`` and never called. Only called
+    inside a case subprocess, before sglang is imported; never a .pth file or
+    sitecustomize.
     """
-    import types
+    e2e = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "e2e"
+    )
+    if e2e not in sys.path:
+        sys.path.insert(0, e2e)
+    import cpu_serving
 
-    if "vllm" in sys.modules:
-        raise RuntimeError("a real or stand-in vllm is already imported")
-
-    def rotary_embedding(*args, **kwargs):
-        raise RuntimeError(
-            "test stand-in vllm._custom_ops.rotary_embedding was called; "
-            "construction must not run a forward pass"
-        )
-
-    vllm = types.ModuleType("vllm")
-    vllm.__path__ = []  # a package, so "vllm._custom_ops" resolves
-    vllm.__doc__ = "test stand-in (real_construction_support.py)"
-    custom_ops = types.ModuleType("vllm._custom_ops")
-    custom_ops.rotary_embedding = rotary_embedding
-    vllm._custom_ops = custom_ops
-    sys.modules["vllm"] = vllm
-    sys.modules["vllm._custom_ops"] = custom_ops
+    cpu_serving.install_vllm_custom_ops_stand_in()
 
 
 def case_argv(

@@ -1,0 +1,678 @@
+"""Serve a real sglang 0.5.16 server on a plain CPU: the one declared place for
+what that takes (settings, kernel stand-ins, launcher) and for running such a
+server from a test or a demo.
+
+What is not stock, all of it here:
+
+* Settings (``serving_env``, ``serving_args``). ``TRITON_INTERPRET=1`` is
+  Triton's own switch: Triton has no CPU driver, and under its interpreter
+  every ``@triton.jit`` kernel runs on CPU tensors (it must be in the
+  environment before triton is imported, so it is set for the server process
+  and inherited by its children). ``SGLANG_USE_HND_KVCACHE=0`` (the Triton
+  attention kernels reject the HND layout), ``--attention-backend triton``
+  (torch_native cannot run the target's verify pass), ``--dtype float32`` (the
+  interpreter has no bf16 for the multi-step draft decode),
+  ``--device cpu --disable-cuda-graph --sampling-backend pytorch``, small KV
+  pools. On a CUDA machine none of these is used: the server runs stock.
+
+* Kernel stand-ins, installed only on a plain CPU (no CUDA, HIP, MUSA, XPU or
+  NPU device, and not sglang's CPU engine, ``SGLANG_USE_CPU_ENGINE=1``, which
+  needs the AMX ``sgl_kernel`` build). Each routes a call that has no plain-CPU
+  branch in 0.5.16 to sglang's own implementation; nothing in sglang is edited:
+
+  - ``vllm._custom_ops`` (a module): ``RotaryEmbedding.__init__``
+    (``layers/rotary_embedding/base.py``) imports ``rotary_embedding`` from it
+    when the platform is neither CUDA nor HIP nor the CPU engine. On a plain
+    CPU the layer then runs ``forward_native``, so the stand-in is never
+    called (it raises if it is). vllm has only CUDA wheels.
+  - ``speculative/eagle_utils.py: build_tree_kernel_efficient`` falls through
+    to ``sgl_build_tree_kernel_efficient``, a name imported only from the CUDA
+    ``sgl_kernel`` (a NameError here). The stand-in defines that module global
+    as sglang's Triton implementation, ``sgl_build_tree_kernel_triton`` (the
+    XPU branch).
+  - ``speculative/eagle_utils.py: verify_tree_greedy_func`` matches no branch
+    and returns its output buffers unfilled. The stand-in routes it to
+    ``verify_tree_greedy_triton`` (the XPU branch).
+  - ``kernels/ops/speculative/cache_locs.py: assign_extend_cache_locs_func``
+    matches no branch and returns None. The stand-in runs the function's own
+    CUDA/XPU branch: the ``assign_extend_cache_locs`` Triton kernel.
+
+* The launcher: ``python cpu_serving.py ARGS`` runs ``sglang.launch_server``
+  with ARGS, as ``python -m sglang.launch_server ARGS`` does. The scheduler and
+  detokenizer are ``spawn`` children, which import this file again as their
+  ``__mp_main__``; the stand-ins are installed at that import, so every process
+  of the server has them. Importing this module under its own name (a test, the
+  demo) installs nothing.
+
+``ServerProcess`` starts such a server on 127.0.0.1 at a free port in its own
+process group, waits for ``/health`` with a bound, sends requests that each
+have a timeout, and stops the whole group by its pid.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from typing import Dict, List, Optional
+
+LAUNCHER = os.path.abspath(__file__)
+
+# Speculative settings that worked on CPU (one token per step, three steps).
+SPEC_ARGS = [
+    "--speculative-eagle-topk", "1",
+    "--speculative-num-steps", "3",
+    "--speculative-num-draft-tokens", "4",
+]  # fmt: skip
+
+_COMMON_ARGS = [
+    "--host", "127.0.0.1",
+    "--skip-tokenizer-init",
+    # Small KV pools (otherwise sized from free memory: gigabytes).
+    "--max-total-tokens", "1024",
+    "--mem-fraction-static", "0.5",
+    # The same dummy draft weights at every launch.
+    "--random-seed", "0",
+]  # fmt: skip
+
+_PLAIN_CPU_ARGS = [
+    "--device", "cpu",
+    "--attention-backend", "triton",
+    "--dtype", "float32",
+    "--disable-cuda-graph",
+    "--sampling-backend", "pytorch",
+]  # fmt: skip
+
+_PLAIN_CPU_ENV = {
+    "TRITON_INTERPRET": "1",
+    "SGLANG_USE_HND_KVCACHE": "0",
+}
+
+_COMMON_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+}
+
+
+def plain_cpu() -> bool:
+    """True where sglang 0.5.16 has no kernels for the speculative path: no
+    CUDA, HIP, MUSA, XPU or NPU device and not sglang's CPU engine (the same
+    checks as ``sglang.srt.utils.is_cuda`` and the others, on torch alone, so
+    that a parent can ask before any sglang import)."""
+    import torch
+
+    if torch.cuda.is_available() or torch.version.hip is not None:
+        return False
+    if getattr(torch.version, "musa", None) is not None:
+        return False
+    for device in ("xpu", "npu"):
+        module = getattr(torch, device, None)
+        if module is not None and module.is_available():
+            return False
+    return os.environ.get("SGLANG_USE_CPU_ENGINE", "0") != "1"
+
+
+def serving_env() -> Dict[str, str]:
+    """Environment additions for a server process on this platform."""
+    env = dict(_COMMON_ENV)
+    if plain_cpu():
+        env.update(_PLAIN_CPU_ENV)
+    return env
+
+
+def serving_args() -> List[str]:
+    """Launcher flags besides the model and speculative ones."""
+    args = list(_COMMON_ARGS)
+    if plain_cpu():
+        args += _PLAIN_CPU_ARGS
+    return args
+
+
+def server_env(pythonpath: Optional[str] = None) -> Dict[str, str]:
+    """The environment of a server process: this one's, the settings of
+    ``serving_env``, and ``pythonpath`` (if given) first on PYTHONPATH, every
+    entry made absolute (the server runs in a directory of its own)."""
+    env = dict(os.environ)
+    env.update(serving_env())
+    entries = [pythonpath] if pythonpath else []
+    entries += [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if entries:
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in entries)
+    return env
+
+
+# --------------------------------------------------------------------------- #
+# Tiny models
+# --------------------------------------------------------------------------- #
+
+# Context lengths in the configs: each draft's differs from the target's.
+TARGET_CONTEXT_LEN = 512
+DRAFT_CONTEXT_LENS = {"EAGLE": 2048, "STANDALONE": 1024}
+
+
+def _llama_config(num_layers: int, context_len: int):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=num_layers,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=context_len,
+        # Large random weights: well separated logits, so that greedy outputs
+        # do not hang on float rounding (the default 0.02 gives near-ties).
+        initializer_range=0.5,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+
+
+def _write_llama(path: str, num_layers: int, context_len: int, seed: int) -> str:
+    import torch
+    from transformers import LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    torch.manual_seed(seed)
+    LlamaForCausalLM(_llama_config(num_layers, context_len)).save_pretrained(path)
+    return path
+
+
+def _write_eagle_draft(path: str, context_len: int, seed: int) -> str:
+    """An EAGLE (v1) draft: one decoder layer without input_layernorm and an
+    ``fc`` over [token embedding, target hidden state], EAGLE's file naming
+    (no ``model.`` prefix)."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import LlamaModel
+
+    config = _llama_config(1, context_len)
+    torch.manual_seed(seed)
+    weights = {
+        name: tensor.contiguous()
+        for name, tensor in LlamaModel(config).state_dict().items()
+        if name != "layers.0.input_layernorm.weight"
+    }
+    hidden = config.hidden_size
+    weights["fc.weight"] = 0.5 * torch.randn(hidden, 2 * hidden)
+    weights["fc.bias"] = torch.zeros(hidden)
+    os.makedirs(path, exist_ok=True)
+    save_file(weights, os.path.join(path, "model.safetensors"))
+    config.architectures = ["LlamaForCausalLMEagle"]
+    config.to_json_file(os.path.join(path, "config.json"))
+    return path
+
+
+def write_tiny_models(root: str) -> Dict[str, str]:
+    """Write tiny float32 models (config.json + safetensors, random weights,
+    deterministic, no hub) under ``root``; return their directories:
+    ``target`` (2-layer LlamaForCausalLM), ``target_other_weights`` (the same
+    architecture, other weights), ``EAGLE`` (one layer, EAGLE naming) and
+    ``STANDALONE`` (the target's architecture, its own weights and context
+    length) drafts."""
+    return {
+        "target": _write_llama(
+            os.path.join(root, "target"), 2, TARGET_CONTEXT_LEN, seed=1
+        ),
+        "target_other_weights": _write_llama(
+            os.path.join(root, "target-other-weights"), 2, TARGET_CONTEXT_LEN, 2
+        ),
+        "EAGLE": _write_eagle_draft(
+            os.path.join(root, "eagle"), DRAFT_CONTEXT_LENS["EAGLE"], seed=3
+        ),
+        "STANDALONE": _write_llama(
+            os.path.join(root, "standalone"), 2, DRAFT_CONTEXT_LENS["STANDALONE"], 4
+        ),
+    }
+
+
+def speculative_argv(models: Dict[str, str], algorithm: Optional[str], *extra):
+    """Launcher argv for the target alone (``algorithm=None``) or with a
+    draft of ``algorithm``; ``extra`` flags are appended."""
+    argv = ["--model-path", models["target"]]
+    if algorithm is not None:
+        argv += [
+            "--speculative-algorithm", algorithm,
+            "--speculative-draft-model-path", models[algorithm],
+            *SPEC_ARGS,
+        ]  # fmt: skip
+    return argv + list(extra)
+
+
+# --------------------------------------------------------------------------- #
+# Stand-ins
+# --------------------------------------------------------------------------- #
+
+
+def install_vllm_custom_ops_stand_in() -> bool:
+    """Install the stand-in ``vllm._custom_ops`` where it is needed: a plain
+    CPU without an importable vllm. Returns whether it is installed.
+
+    Import chain that needs it (sglang 0.5.16, no CUDA device, not the
+    ``SGLANG_USE_CPU_ENGINE`` path): ``TpModelWorker`` -> ``ModelRunner.load_model``
+    -> ``LlamaForCausalLM.__init__`` -> ``get_rope`` -> ``RotaryEmbedding.__init__``
+    (``layers/rotary_embedding/base.py`` ~117): ``from vllm._custom_ops import
+    rotary_embedding``, stored as ``fallback_rotary_embedding``; the layer's
+    forward on a plain CPU is ``forward_native``, which never calls it. The
+    stock alternative (``SGLANG_USE_CPU_ENGINE=1``) imports the CPU
+    ``sgl_kernel`` build unguarded, which needs Intel AMX and is not installed
+    here. The model registry also imports e.g. ``awq_dequantize`` from it for
+    models not used here: that import fails and sglang skips those models, as
+    it does for any missing optional kernel. Call this before sglang builds a
+    model; in a process of its own (it edits ``sys.modules``).
+    """
+    import importlib.util
+    import types
+
+    if not plain_cpu():
+        return False
+    if "vllm" in sys.modules:
+        if getattr(sys.modules["vllm"], "__cpu_serving_stand_in__", False):
+            return True
+        raise RuntimeError("a real vllm is already imported; no stand-in needed")
+    if importlib.util.find_spec("vllm") is not None:
+        return False
+
+    def rotary_embedding(*args, **kwargs):
+        raise RuntimeError(
+            "test stand-in vllm._custom_ops.rotary_embedding was called; on a "
+            "plain CPU sglang's RotaryEmbedding runs forward_native instead"
+        )
+
+    vllm = types.ModuleType("vllm")
+    vllm.__path__ = []  # a package, so "vllm._custom_ops" resolves
+    vllm.__doc__ = "test stand-in (test/backport/e2e/cpu_serving.py)"
+    vllm.__cpu_serving_stand_in__ = True
+    custom_ops = types.ModuleType("vllm._custom_ops")
+    custom_ops.rotary_embedding = rotary_embedding
+    vllm._custom_ops = custom_ops
+    sys.modules["vllm"] = vllm
+    sys.modules["vllm._custom_ops"] = custom_ops
+    return True
+
+
+def install_speculative_kernel_stand_ins() -> bool:
+    """Route the three speculative functions without a plain-CPU branch to
+    sglang's own Triton implementations (see the module docstring). Only on a
+    plain CPU; returns whether they were installed."""
+    if not plain_cpu():
+        return False
+    import torch
+
+    import sglang.kernels.ops.speculative.cache_locs as cache_locs
+    import sglang.srt.speculative.eagle_utils as eagle_utils
+    from sglang.srt.utils import next_power_of_2
+
+    # build_tree_kernel_efficient's last branch calls this module global.
+    eagle_utils.sgl_build_tree_kernel_efficient = (
+        eagle_utils.sgl_build_tree_kernel_triton
+    )
+
+    def verify_tree_greedy_func(
+        predicts, accept_index, accept_token_num, topk=-1, **tree
+    ):
+        # Called with keywords only (eagle_utils); fills the three buffers.
+        eagle_utils.verify_tree_greedy_triton(
+            predicts=predicts,
+            accept_index=accept_index,
+            accept_token_num=accept_token_num,
+            **tree,
+        )
+        return predicts, accept_index, accept_token_num
+
+    # Its caller (eagle_utils) looks it up as a module global at call time.
+    eagle_utils.verify_tree_greedy_func = verify_tree_greedy_func
+
+    def assign_extend_cache_locs_func(
+        req_pool_indices,
+        req_to_token,
+        start_offset,
+        end_offset,
+        batch_size,
+        draft_token_num,
+        device,
+    ):
+        out_cache_loc = torch.empty(
+            (batch_size * draft_token_num,), dtype=torch.int64, device=device
+        )
+        cache_locs.assign_extend_cache_locs[(batch_size,)](
+            req_pool_indices,
+            req_to_token,
+            start_offset,
+            end_offset,
+            out_cache_loc,
+            req_to_token.shape[1],
+            next_power_of_2(batch_size),
+        )
+        return out_cache_loc
+
+    # Imported from cache_locs inside eagle_prepare_for_verify at call time.
+    cache_locs.assign_extend_cache_locs_func = assign_extend_cache_locs_func
+    return True
+
+
+def install_stand_ins() -> List[str]:
+    """Every stand-in this platform needs (none on a CUDA machine); returns
+    the names of those installed."""
+    installed = []
+    if install_vllm_custom_ops_stand_in():
+        installed.append("vllm._custom_ops")
+    if install_speculative_kernel_stand_ins():
+        installed.append("speculative-kernels")
+    return installed
+
+
+# --------------------------------------------------------------------------- #
+# A server process
+# --------------------------------------------------------------------------- #
+
+_REPORT = "cpu_serving: "
+_running: "set[ServerProcess]" = set()
+
+
+class ServerError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _shm_files(pids: List[int]) -> List[str]:
+    """The /dev/shm files these processes hold open (sglang's load snapshot,
+    ``/dev/shm/sglang_loads_<instance>.shm``, is never removed by sglang)."""
+    paths = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("/dev/shm/sglang_"):
+                paths.add(target)
+    return sorted(paths)
+
+
+def _group_members(pgid: int) -> List[int]:
+    """Live (not zombie) processes of a process group, from /proc."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                # pid (comm) state ppid pgrp ...; comm may hold spaces.
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry))
+    return members
+
+
+class ServerProcess:
+    """A real ``sglang.launch_server`` in its own process group.
+
+    ``pythonpath`` is put first on PYTHONPATH of the server and so of its
+    spawn children (e.g. a directory holding the unpatched sglang); without it
+    the server inherits this process's PYTHONPATH. Use as a context manager,
+    or call ``start`` and ``wait_ready`` and always ``stop``.
+    """
+
+    def __init__(
+        self,
+        argv: List[str],
+        pythonpath: Optional[str] = None,
+        keep_log: bool = False,
+    ):
+        self.port = free_port()
+        self.argv = list(argv) + serving_args() + ["--port", str(self.port)]
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.pythonpath = pythonpath
+        # The server's own TMPDIR: sglang leaves its IPC sockets there; removed
+        # at stop with the log (unless keep_log) and the /dev/shm files the
+        # server held.
+        self.tmpdir = tempfile.mkdtemp(prefix="sglang-server-")
+        self.log_path = os.path.join(self.tmpdir, "server.log")
+        self.keep_log = keep_log
+        self.proc: Optional[subprocess.Popen] = None
+        self._log = None
+
+    # -- lifecycle ---------------------------------------------------------- #
+
+    def start(self) -> "ServerProcess":
+        env = server_env(self.pythonpath)
+        env["TMPDIR"] = self.tmpdir
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, LAUNCHER, *self.argv],
+            env=env,
+            cwd=self.tmpdir,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, stopped as one
+        )
+        _running.add(self)
+        return self
+
+    def wait_ready(self, timeout: float = 240) -> float:
+        """Wait until ``/health`` answers 200 (after sglang's own warm-up
+        request); return the seconds since ``start``."""
+        started = time.monotonic()
+        deadline = started + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ServerError(
+                    f"server exited with {self.proc.returncode} before it was "
+                    f"ready; log tail:\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(self.base_url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return time.monotonic() - started
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(1)
+        raise ServerError(
+            f"server not ready after {timeout:.0f} s; log tail:\n{self.log_tail()}"
+        )
+
+    def stop(self, grace: float = 15) -> None:
+        """Stop the server by its pid and then its whole process group:
+        SIGTERM to the launcher (sglang's own shutdown, which ends its
+        children), SIGKILL to the group for anything left after ``grace``
+        seconds. Raises if a process of the group is still alive afterwards."""
+        if self.proc is None:
+            return
+        _running.discard(self)
+        pgid = self.proc.pid  # start_new_session: the group id is its pid
+        shm_files = _shm_files(_group_members(pgid))
+        try:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
+        self._log.close()
+        # Again until the group is empty: a process forked while the signal
+        # went out (sglang's shutdown starts helpers) did not get it.
+        deadline = time.monotonic() + 10
+        while True:
+            left = _group_members(pgid)
+            if not left:
+                break
+            if time.monotonic() > deadline:
+                raise ServerError(f"server processes still running: {left}")
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            time.sleep(0.2)
+        for path in shm_files:
+            if os.path.exists(path):
+                os.unlink(path)
+        self._remove_tmpdir()
+
+    def _remove_tmpdir(self) -> None:
+        for name in os.listdir(self.tmpdir):
+            path = os.path.join(self.tmpdir, name)
+            if path == self.log_path and self.keep_log:
+                continue
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+        if not self.keep_log:
+            os.rmdir(self.tmpdir)
+
+    def __enter__(self) -> "ServerProcess":
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()[-chars:]
+        except OSError:
+            return "(no log)"
+
+    def reported_processes(self) -> Dict[int, Dict[str, str]]:
+        """{pid: {"sglang": package dir, "stand-ins": names or "none"}} for
+        every process of the server that ran this launcher (the launcher and
+        its spawn children), as each reported it at start."""
+        reported = {}
+        with open(self.log_path, errors="replace") as f:
+            for line in f:
+                if line.startswith(_REPORT):
+                    fields = dict(
+                        item.split("=", 1) for item in line[len(_REPORT) :].split()
+                    )
+                    reported[int(fields.pop("pid"))] = fields
+        return reported
+
+    # -- requests (each with a timeout) ------------------------------------- #
+
+    def request(self, method: str, path: str, payload=None, timeout: float = 120):
+        """(status, decoded JSON body) of one request."""
+        data = None if payload is None else json.dumps(payload).encode()
+        req = urllib.request.Request(
+            self.base_url + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            body = e.read()
+            try:
+                return e.code, json.loads(body)
+            except ValueError:
+                return e.code, body.decode(errors="replace")
+
+    def _ok(self, method: str, path: str, payload=None, timeout: float = 120):
+        status, body = self.request(method, path, payload, timeout)
+        if status != 200:
+            raise ServerError(f"{method} {path} answered {status}: {body}")
+        return body
+
+    def generate(self, input_ids: List[int], max_new_tokens: int) -> dict:
+        """Greedy ``/generate`` of token ids; the reply (``output_ids``,
+        ``meta_info``)."""
+        return self._ok(
+            "POST",
+            "/generate",
+            {
+                "input_ids": input_ids,
+                "sampling_params": {
+                    "temperature": 0,
+                    "max_new_tokens": max_new_tokens,
+                    "ignore_eos": True,
+                },
+            },
+        )
+
+    def server_info(self) -> dict:
+        """``/server_info``: the top level is the HTTP process's copy of the
+        config; ``internal_states[0]`` is the scheduler's published config."""
+        return self._ok("GET", "/server_info", timeout=60)
+
+    def update_weights_from_disk(self, model_path: str) -> dict:
+        """``/update_weights_from_disk`` (no load format: the server picks it)."""
+        status, body = self.request(
+            "POST", "/update_weights_from_disk", {"model_path": model_path}
+        )
+        if not isinstance(body, dict):
+            raise ServerError(f"/update_weights_from_disk answered {status}: {body}")
+        return body
+
+
+@atexit.register
+def _stop_left_servers() -> None:
+    # A run interrupted between start and stop (Ctrl-C) leaves nothing behind.
+    for server in list(_running):
+        try:
+            server.stop(grace=5)
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
+
+
+def _report_process() -> None:
+    import sglang
+
+    installed = install_stand_ins()
+    print(
+        f"{_REPORT}pid={os.getpid()} "
+        f"sglang={os.path.dirname(os.path.abspath(sglang.__file__))} "
+        f"stand-ins={','.join(installed) or 'none'}",
+        flush=True,
+    )
+
+
+def main() -> None:
+    """The launcher: run sglang.launch_server with this process's arguments."""
+    import runpy
+
+    sys.argv = ["sglang.launch_server", *sys.argv[1:]]
+    runpy.run_module("sglang.launch_server", run_name="__main__", alter_sys=False)
+
+
+if __name__ in ("__main__", "__mp_main__"):
+    # The launcher process and, re-importing this file, each spawn child.
+    _report_process()
+
+if __name__ == "__main__":
+    main()
