@@ -10,23 +10,16 @@ recorder that notes the ``ServerArgs`` it was handed and the process-wide
 published config at that moment, then raises ``_DraftBuilt`` to stop the
 construction (building the rest needs a real model and a GPU).
 
-Used by ``test_draft_worker_isolation.py``, ``test_scheduler_draft_handoff.py``
-and ``scripts/demo/draft_isolation_demo.py``. ``run_algorithm`` returns plain
-JSON-able data so the demo can run it against unpatched and patched sglang in
-two subprocesses::
-
-    python draft_isolation_harness.py --out result.json [--algorithms EAGLE ...]
+Used by ``test_draft_worker_matrix.py``; ``run_algorithm`` returns plain data.
 """
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import dataclasses
 import json
 import os
 import shutil
-import sys
 import tempfile
 import traceback
 from contextlib import ExitStack
@@ -34,9 +27,6 @@ from copy import deepcopy
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional
 from unittest import mock
-
-# Run like sglang's registered tests: bare writes to a resolved ServerArgs raise.
-os.environ.setdefault("SGLANG_STRICT_CONFIG_MUTATION", "1")
 
 # Context lengths differ so a draft value leaking onto the target is visible.
 TARGET_CONTEXT_LEN = 4096
@@ -617,138 +607,3 @@ def run_algorithm(name: str, draft_load_format: Optional[str] = "dummy") -> dict
                 ),
             }
     return result
-
-
-# --------------------------------------------------------------------------
-# CLI (used by scripts/demo/draft_isolation_demo.py)
-# --------------------------------------------------------------------------
-
-# Per-runner entry points. "stub" is run_algorithm. "real" is the real CPU
-# construction path of real_construction_support.run_case (a sibling module,
-# imported lazily so this one works without it) for the algorithms it covers;
-# _from_real_result maps its result onto run_algorithm's schema. The real path
-# snapshots around maybe_init_draft_worker, not inside the draft's
-# TpModelWorker, so what was published during the build is not known there
-# (None).
-REAL_RUNNER_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE", "FROZEN_KV_MTP")
-
-
-def _from_real_result(name: str, draft_load_format, real: dict) -> dict:
-    target = real.get("target") or {}
-    before = target.get("target_built") or {}
-    after = target.get("draft_built") or {}
-    changed = changed_fields(before, after) if before and after else []
-    reported = list(REPORTED_FIELDS) + [f for f in changed if f not in REPORTED_FIELDS]
-    draft = real.get("draft")
-    stopped = real.get("stopped_at") or {}
-    reached = "draft_built" in (real.get("stages") or [])
-    published_after = (real.get("published") or {}).get("draft_built")
-    capture = real.get("capture_enable_torch_compile") or {}
-    # Observed when the draft's ModelRunner.load_model starts.
-    during = real.get("during_draft_load") or {}
-    return {
-        "algorithm": name,
-        "speculative_algorithm": name,
-        "worker_class": (draft or {}).get("worker_class", "?"),
-        "how_built": "real construction (real_construction_support.run_case)",
-        "expected_stub_site": None,
-        "draft_load_format": draft_load_format,
-        "target_context_len": real.get("target_model_config_context_len"),
-        "target_before": {f: before.get(f) for f in reported},
-        "target_after": {f: after.get(f) for f in reported},
-        "target_changed_fields": changed,
-        "published_after_is_target": (real.get("published_is_target") or {}).get(
-            "draft_built"
-        ),
-        "published_after": (
-            {f: published_after.get(f) for f in REPORTED_FIELDS}
-            if published_after
-            else None
-        ),
-        "capture_flag_before": capture.get("target_built"),
-        "capture_flag_after": capture.get("draft_built"),
-        "error": (
-            None
-            if reached and draft
-            else stopped.get("traceback") or stopped.get("error") or "no draft"
-        ),
-        "draft": (
-            {
-                "site": None,  # nothing stubbed
-                "is_target": draft.get("server_args_is_target"),
-                "fields": {f: draft.get(f) for f in REPORTED_FIELDS},
-                "published_during_is_draft": during.get(
-                    "published_is_draft_runner_args"
-                ),
-                "published_during_is_target": during.get("published_is_target"),
-                "published_during": during.get("published"),
-                "capture_flag_during": during.get("capture_enable_torch_compile"),
-            }
-            if draft
-            else None
-        ),
-        "plugin": None,
-    }
-
-
-def _run_real(name: str, draft_load_format: Optional[str]) -> dict:
-    import real_construction_support
-
-    real = real_construction_support.run_case(name, draft_load_format=draft_load_format)
-    return _from_real_result(name, draft_load_format, real)
-
-
-RUNNERS: Dict[str, Callable[[str, Optional[str]], dict]] = {
-    "stub": run_algorithm,
-    "real": _run_real,
-}
-
-
-def _runner_for(runner: str, name: str):
-    if runner == "real" and name in REAL_RUNNER_ALGORITHMS:
-        return RUNNERS["real"]
-    return RUNNERS["stub"]
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--algorithms", nargs="*", default=list(ALGORITHMS))
-    parser.add_argument(
-        "--draft-load-format",
-        default=DRAFT_LOAD_FORMAT,
-        help="--speculative-draft-load-format to use ('none' for unset)",
-    )
-    parser.add_argument("--runner", choices=sorted(RUNNERS), default="stub")
-    parser.add_argument("--out", required=True, help="write the JSON here")
-    args = parser.parse_args(argv)
-
-    import sglang
-
-    draft_load_format = (
-        None if args.draft_load_format.lower() == "none" else args.draft_load_format
-    )
-    results = []
-    for name in args.algorithms:
-        try:
-            result = _runner_for(args.runner, name)(name, draft_load_format)
-        except Exception:
-            result = {"algorithm": name, "error": traceback.format_exc()}
-        results.append(result)
-    payload = {
-        "sglang_file": sglang.__file__,
-        "patched": _is_patched(),
-        "results": results,
-    }
-    with open(args.out, "w") as f:
-        json.dump(payload, f, indent=1)
-    return 0
-
-
-def _is_patched() -> bool:
-    import sglang.srt.server_args as server_args_module
-
-    return hasattr(server_args_module, "draft_server_args_copy")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -20,11 +20,13 @@ only wraps the construction steps above to take snapshots of the target's
 ``ServerArgs`` and of the published config (``get_server_args()``) before and
 after every step (the wrapped methods run unchanged).
 
-What is not stock, declared here and nowhere else (see ``_install_kernel_stand_ins``
-and ``CPU_CONSTRUCTION_ENV``/``CPU_CONSTRUCTION_ARGS``):
+What is not stock (see ``_install_kernel_stand_ins`` and
+``CPU_CONSTRUCTION_ENV``/``CPU_CONSTRUCTION_ARGS``):
 
 * a stand-in ``vllm._custom_ops`` module (the only test double), installed in
-  ``sys.modules`` by the case subprocess before sglang is imported;
+  ``sys.modules`` by the case subprocess before sglang is imported; it is
+  declared, with the end-to-end tests' other CPU stand-ins, in
+  ``test/backport/e2e/cpu_serving.py`` (``install_vllm_custom_ops_stand_in``);
 * ``SGLANG_USE_HND_KVCACHE=1`` (a stock sglang switch) so that the KV pools can
   be allocated on CPU;
 * ``--speculative-draft-attention-backend triton`` (a stock flag) so that the

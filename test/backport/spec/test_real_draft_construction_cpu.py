@@ -10,9 +10,10 @@ and (CPU: nothing to capture) the CUDA graphs, then finishes its ``__init__``.
 Nothing in the model-loading path is stubbed. Snapshots of the target's
 ``ServerArgs`` and of the published config (``get_server_args()``) are taken
 after every step, and a profile hook notes what is published when the draft's
-``ModelRunner.load_model`` starts. What is not stock is declared in the support
-module, in one place: a stand-in ``vllm._custom_ops`` (imported by the rotary
-embedding's constructor, never called), ``SGLANG_USE_HND_KVCACHE=1`` (the
+``ModelRunner.load_model`` starts. What is not stock is listed in the support
+module: a stand-in ``vllm._custom_ops`` (imported by the rotary embedding's
+constructor, never called; declared in ``test/backport/e2e/cpu_serving.py``
+with the other CPU stand-ins), ``SGLANG_USE_HND_KVCACHE=1`` (the
 default KV layout runs a Triton warm-up at pool allocation) and
 ``--speculative-draft-attention-backend triton`` (constructed, never run).
 
