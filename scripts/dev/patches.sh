@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The patch series in patches/ is the product: `git format-patch` files with
-# a fork's paths, applied in file-name order (`git am -3 patches/*.patch`).
+# a fork's paths, applied in file-name order (`git am -3 patches/*.patch`;
+# patches/series lists the same order for quilt-style tools).
 # The patches that edit SGLang (python/sglang/...) come first; then the ones
 # that add the shipped tests and the ratchet, whose files are kept in this
 # repository (test/registered/unit/, scripts/ratchet/) and written into the
@@ -165,6 +166,8 @@ build_series() {
         git -C "$repo" "${IDENTITY[@]}" commit -q --amend --no-edit --allow-empty
     done
     git -C "$repo" format-patch -q --zero-commit --no-signature --full-index -o "$out" "$BASE_TAG..HEAD"
+    # The order, for quilt and other patch-queue tools; git am takes *.patch.
+    (cd "$out" && ls -- *.patch >series)
 }
 
 cmd_checkout() {
@@ -197,7 +200,7 @@ cmd_refresh() {
     # shellcheck disable=SC2046
     build_series $(find "$tmp/sglang" -name '*.patch' | sort) -- "$tmp/out"
     rm -f patches/*.patch
-    cp "$tmp"/out/*.patch patches/
+    cp "$tmp"/out/*.patch "$tmp/out/series" patches/
     echo "patches: wrote $(find "$tmp/out" -name '*.patch' | wc -l) patches from $FORK and the shipped files"
 }
 
