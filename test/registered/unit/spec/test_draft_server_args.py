@@ -1,16 +1,14 @@
 """Speculative draft workers are built from their own copy of ``ServerArgs``.
 
-In a scheduler process the scheduler, the target worker and the published
-config (``get_server_args()``) share one ``ServerArgs``. The draft must not
-write its values (context length, ``--speculative-draft-load-format``) onto
-it: ``Scheduler.maybe_init_draft_worker`` hands the worker factory and the
-worker one copy from ``draft_server_args_copy()`` and publishes it while the
-draft is built, then the target's config is published again.
+The scheduler, the target worker and ``get_server_args()`` share one
+``ServerArgs``; the draft's values (context length,
+``--speculative-draft-load-format``) go on a copy from
+``draft_server_args_copy()``, published while the draft is built. What the
+target resolves later, building its attention backends, reaches the copy.
 """
 
 import dataclasses
-import enum
-import logging
+import shutil
 import tempfile
 import unittest
 from copy import deepcopy
@@ -36,24 +34,8 @@ TARGET_CONTEXT_LEN = 4096
 PLUGIN = "DRAFT_SERVER_ARGS_TEST"
 
 
-def _write_model_config(path, architecture):
-    LlamaConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        max_position_embeddings=1024,
-        architectures=[architecture],
-    ).save_pretrained(path)
-    return path
-
-
-def _fields(server_args):
-    return {
-        f.name: deepcopy(getattr(server_args, f.name))
-        for f in dataclasses.fields(server_args)
-    }
+def _fields(sa):
+    return {f.name: deepcopy(getattr(sa, f.name)) for f in dataclasses.fields(sa)}
 
 
 def draft_server_args_copy(server_args, target_model_config):
@@ -61,115 +43,115 @@ def draft_server_args_copy(server_args, target_model_config):
     return server_args_module.draft_server_args_copy(server_args, target_model_config)
 
 
-class _FactoryFailed(RuntimeError):
-    pass
-
-
-class _WorkerFailed(RuntimeError):
+class _Failed(RuntimeError):
     pass
 
 
 class _DraftServerArgsCase(CustomTestCase):
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls._tmp = tempfile.TemporaryDirectory()
-        cls.target_path = _write_model_config(f"{cls._tmp.name}/t", "LlamaForCausalLM")
-        cls.draft_path = _write_model_config(
-            f"{cls._tmp.name}/d", "LlamaForCausalLMEagle"
-        )
-
-    @classmethod
-    def tearDownClass(cls):
-        cls._tmp.cleanup()
-        super().tearDownClass()
+    """A published EAGLE target config with a dummy draft load format."""
 
     def setUp(self):
-        self.target = self.resolve(speculative_draft_load_format="dummy")
-        self.target_model_config = SimpleNamespace(context_len=TARGET_CONTEXT_LEN)
-        # Publish the target as its ModelRunner does; put the slot back after.
+        self.tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.tmp)
+        for name, arch in (("t", "LlamaForCausalLM"), ("d", "LlamaForCausalLMEagle")):
+            LlamaConfig(
+                vocab_size=256,
+                hidden_size=64,
+                intermediate_size=128,
+                num_hidden_layers=1,
+                num_attention_heads=4,
+                architectures=[arch],
+            ).save_pretrained(f"{self.tmp}/{name}")
         ctx = get_context()
         saved = (ctx._server_args, ctx.flags.capture.enable_torch_compile)
-        ctx.set_server_args(self.target)
-        self.addCleanup(self._restore_published, saved)
-
-    @staticmethod
-    def _restore_published(saved):
-        ctx = get_context()
-        ctx._server_args, ctx.flags.capture.enable_torch_compile = saved
-
-    def resolve(self, **kwargs):
-        return ServerArgs(
-            model_path=self.target_path,
+        self.addCleanup(setattr, ctx, "_server_args", saved[0])
+        self.addCleanup(setattr, ctx.flags.capture, "enable_torch_compile", saved[1])
+        self.target = ServerArgs(
+            model_path=f"{self.tmp}/t",
             device="cpu",
             skip_tokenizer_init=True,
             attention_backend="torch_native",
             speculative_algorithm="EAGLE",
-            speculative_draft_model_path=self.draft_path,
+            speculative_draft_model_path=f"{self.tmp}/d",
             speculative_num_steps=2,
             speculative_eagle_topk=1,
             speculative_num_draft_tokens=3,
-            **kwargs,
+            speculative_draft_load_format="dummy",
         )
+        ctx.set_server_args(self.target)
+        self.target_before = _fields(self.target)
+        self.target_model_config = SimpleNamespace(context_len=TARGET_CONTEXT_LEN)
 
-    def assert_target_untouched(self, target_before):
+    def assert_target_untouched(self):
         after = _fields(self.target)
-        changed = [
-            name for name, value in after.items() if value != target_before[name]
-        ]
+        changed = [n for n, v in after.items() if v != self.target_before[n]]
         self.assertEqual(changed, [], "the draft changed the target's ServerArgs")
-        self.assertTrue(get_server_args() is self.target, "target not published")
+        self.assertIs(get_server_args(), self.target, "the target is not published")
+
+    def run_draft_init(self, worker_init=None, algorithm=None, fail_in=None):
+        """The real maybe_init_draft_worker with a recording plugin worker."""
+        seen = {}
+
+        class DraftWorker:
+            def __init__(self, server_args, gpu_id, ps, nccl_port, target_worker):
+                seen.update(worker_args=server_args, worker_published=get_server_args())
+                self.server_args = server_args
+                if worker_init is not None:
+                    worker_init(seen, server_args, target_worker)
+                if fail_in == "worker":
+                    get_context().flags.capture.enable_torch_compile = False
+                    raise _Failed()
+
+            def init_attention_backends(self):
+                seen["backends_built_with"] = _fields(self.server_args)
+
+        def factory(server_args):
+            seen.update(factory_args=server_args, factory_published=get_server_args())
+            if fail_in == "factory":
+                raise _Failed()
+            return DraftWorker
+
+        scheduler = Scheduler.__new__(Scheduler)
+        scheduler.server_args = self.target
+        scheduler.ps = ParallelState.trivial()
+        scheduler.nccl_port = 12345
+        scheduler.tp_worker = SimpleNamespace(
+            model_runner=SimpleNamespace(
+                server_args=self.target, model_config=self.target_model_config
+            )
+        )
+        SpeculativeAlgorithm.register(PLUGIN, supports_overlap=True)(factory)
+        plugin = SpeculativeAlgorithm.from_string(PLUGIN)
+        try:
+            scheduler.spec_algorithm = algorithm or plugin
+            scheduler.maybe_init_draft_worker()
+        finally:
+            # 0.5.16 has no public unregister.
+            spec_registry._REGISTRY.pop(PLUGIN)
+        return scheduler, seen
 
 
 class TestDraftServerArgsCopy(_DraftServerArgsCase):
     def test_the_copy_has_the_targets_context_length_and_the_draft_load_format(self):
-        draft = draft_server_args_copy(self.target, self.target_model_config)
-
-        self.assertEqual(draft.context_length, TARGET_CONTEXT_LEN)
-        self.assertEqual(draft.load_format, "dummy")
-        self.assertIsNone(self.target.context_length)
-        self.assertEqual(self.target.load_format, "auto")
-
-    def test_without_a_draft_load_format_the_copy_keeps_the_targets(self):
-        target = self.resolve(load_format="safetensors")
-
-        draft = draft_server_args_copy(target, self.target_model_config)
-
-        self.assertEqual(draft.load_format, "safetensors")
-
-    def test_only_the_draft_fields_differ_from_the_target(self):
+        # They win over earlier overrides of the target's config.
+        self.target.override("test.earlier", context_length=2048)
         before = _fields(self.target)
 
         draft = draft_server_args_copy(self.target, self.target_model_config)
 
-        self.assertEqual(_fields(self.target), before)
-        changed = sorted(
-            name for name, value in _fields(draft).items() if value != before[name]
-        )
-        self.assertEqual(changed, ["context_length", "load_format"])
-
-    def test_the_draft_fields_win_over_earlier_overrides_of_the_target(self):
-        self.target.override("test.earlier", context_length=2048, load_format="auto")
-
-        draft = draft_server_args_copy(self.target, self.target_model_config)
-
         self.assertEqual((draft.context_length, draft.load_format), (4096, "dummy"))
-        self.assertEqual(
-            (self.target.context_length, self.target.load_format), (2048, "auto")
+        changed = [n for n, v in _fields(draft).items() if v != before[n]]
+        self.assertEqual(sorted(changed), ["context_length", "load_format"])
+        self.assertEqual(_fields(self.target), before)
+
+    def test_without_a_draft_load_format_the_copy_keeps_the_targets(self):
+        self.target.override(
+            "test", speculative_draft_load_format=None, load_format="safetensors"
         )
 
-    def test_the_copy_shares_no_mutable_state_with_the_target(self):
         draft = draft_server_args_copy(self.target, self.target_model_config)
 
-        mutable = [
-            name
-            for name, value in vars(self.target).items()
-            if isinstance(value, (list, dict, set))
-            or (hasattr(value, "__dict__") and not isinstance(value, enum.Enum))
-        ]
-        self.assertNotEqual(mutable, [])
-        shared = [n for n in mutable if getattr(draft, n) is getattr(self.target, n)]
-        self.assertEqual(shared, [])
+        self.assertEqual(draft.load_format, "safetensors")
 
     def test_load_time_overrides_made_before_the_copy_reach_it(self):
         # As the target's ModelRunner and model code do while it loads.
@@ -179,185 +161,101 @@ class TestDraftServerArgsCopy(_DraftServerArgsCase):
 
         self.assertEqual(draft.kv_cache_dtype, "fp8_e5m2")
 
-    def test_a_bare_write_on_the_copy_still_raises_under_strict_mutation(self):
-        draft = draft_server_args_copy(self.target, self.target_model_config)
-
-        with self.assertRaisesRegex(AttributeError, "assigned after resolution"):
-            draft.load_format = "auto"
-
 
 class TestScopedServerArgs(_DraftServerArgsCase):
     def test_an_empty_slot_comes_back_empty_on_return_and_on_raise(self):
         ctx = get_context()
         ctx._server_args = None
-        draft = deepcopy(self.target)
-
-        with ctx.scoped_server_args(draft):
-            self.assertTrue(get_server_args() is draft)
+        with ctx.scoped_server_args(self.target):
+            self.assertIs(get_server_args(), self.target)
         self.assertIsNone(ctx._server_args)
-        with self.assertRaises(_WorkerFailed), ctx.scoped_server_args(draft):
-            raise _WorkerFailed()
+        with self.assertRaises(_Failed), ctx.scoped_server_args(self.target):
+            raise _Failed()
         self.assertIsNone(ctx._server_args)
 
-    def test_nested_scopes_restore_in_order_and_bring_the_capture_flag_back(self):
-        ctx = get_context()
-        ctx.flags.capture.enable_torch_compile = True
-        outer, inner = deepcopy(self.target), deepcopy(self.target)
 
-        with ctx.scoped_server_args(outer):
-            with self.assertRaises(_WorkerFailed), ctx.scoped_server_args(inner):
-                self.assertTrue(get_server_args() is inner)
-                ctx.flags.capture.enable_torch_compile = False
-                raise _WorkerFailed()
-            self.assertTrue(get_server_args() is outer)
-        self.assertTrue(get_server_args() is self.target)
-        self.assertTrue(ctx.flags.capture.enable_torch_compile)
-
-
-class _SchedulerCase(_DraftServerArgsCase):
-    def run_draft_init(self, worker_init=None, factory_raises=False, algorithm=None):
-        """Run the real maybe_init_draft_worker with a recording factory and
-        worker; returns what they saw."""
-        seen = {}
-
-        class DraftWorker:
-            def __init__(self, server_args, gpu_id, ps, nccl_port, target_worker):
-                seen["worker_args"] = server_args
-                seen["worker_published"] = get_server_args()
-                seen["target_worker"] = target_worker
-                if worker_init is not None:
-                    worker_init(seen, server_args, target_worker)
-
-        def factory(server_args):
-            seen["factory_args"] = server_args
-            seen["factory_published"] = get_server_args()
-            if factory_raises:
-                raise _FactoryFailed()
-            return DraftWorker
-
-        scheduler = Scheduler.__new__(Scheduler)
-        scheduler.server_args = self.target
-        scheduler.ps = ParallelState.trivial()
-        scheduler.nccl_port = 12345
-        scheduler.tp_worker = SimpleNamespace(
-            model_runner=SimpleNamespace(model_config=self.target_model_config)
-        )
-        SpeculativeAlgorithm.register(PLUGIN, supports_overlap=True)(factory)
-        try:
-            scheduler.spec_algorithm = algorithm or SpeculativeAlgorithm.from_string(
-                PLUGIN
-            )
-            scheduler.maybe_init_draft_worker()
-        finally:
-            # 0.5.16 has no public unregister.
-            spec_registry._REGISTRY.pop(PLUGIN)
-        return scheduler, seen
-
-
-class TestSchedulerDraftHandoff(_SchedulerCase):
+class TestSchedulerDraftHandoff(_DraftServerArgsCase):
     def test_the_factory_and_the_worker_get_one_copy_published_while_they_run(self):
-        before = _fields(self.target)
-
         scheduler, seen = self.run_draft_init()
 
         draft = seen["worker_args"]
-        self.assertTrue(seen["factory_args"] is draft, "two different configs")
         self.assertFalse(draft is self.target, "the draft got the target's config")
-        self.assertTrue(seen["factory_published"] is draft, "copy unpublished")
-        self.assertTrue(seen["worker_published"] is draft, "copy unpublished")
+        self.assertIs(seen["factory_args"], draft, "two different configs")
+        self.assertIs(seen["factory_published"], draft, "copy unpublished")
+        self.assertIs(seen["worker_published"], draft, "copy unpublished")
         self.assertEqual(draft.context_length, TARGET_CONTEXT_LEN)
         self.assertEqual(draft.load_format, "dummy")
-        self.assertTrue(seen["target_worker"] is scheduler.tp_worker)
         self.assertIsNotNone(scheduler.draft_worker)
-        self.assert_target_untouched(before)
+        self.assert_target_untouched()
 
-    def test_the_target_is_published_again_when_the_factory_raises(self):
-        before = _fields(self.target)
-
-        with self.assertRaises(_FactoryFailed):
-            self.run_draft_init(factory_raises=True)
-
-        self.assert_target_untouched(before)
-
-    def test_the_target_and_the_capture_flag_come_back_when_the_worker_raises(self):
-        before = _fields(self.target)
+    def test_the_target_and_the_capture_flag_come_back_when_the_draft_raises(self):
         ctx = get_context()
-        ctx.flags.capture.enable_torch_compile = True
+        for fail_in in ("factory", "worker"):
+            with self.subTest(fail_in=fail_in), self.assertRaises(_Failed):
+                ctx.flags.capture.enable_torch_compile = True
+                self.run_draft_init(fail_in=fail_in)
+            self.assert_target_untouched()
+            self.assertTrue(ctx.flags.capture.enable_torch_compile)
 
-        def flip_the_flag_and_fail(seen, server_args, target_worker):
-            ctx.flags.capture.enable_torch_compile = False
-            raise _WorkerFailed()
+    def build(self, server_args, seen):
+        # As DFLASH and DSPARK build their draft TpModelWorker.
+        def record_tp_worker(server_args, **kwargs):
+            seen.update(tp_worker_args=server_args, tp_published=get_server_args())
+            return SimpleNamespace(model_runner=SimpleNamespace(model=None))
 
-        with self.assertRaises(_WorkerFailed):
-            self.run_draft_init(flip_the_flag_and_fail)
-
-        self.assert_target_untouched(before)
-        self.assertTrue(ctx.flags.capture.enable_torch_compile)
+        with mock.patch.object(
+            draft_worker_common, "TpModelWorker", side_effect=record_tp_worker
+        ):
+            draft_worker_common.build_draft_tp_worker(
+                server_args=server_args,
+                gpu_id=0,
+                ps=ParallelState.trivial(),
+                nccl_port=12345,
+                target_model_config=self.target_model_config,
+                algo_label="DFLASH",
+            )
+        seen["published_after"] = get_server_args()
 
     def test_build_draft_tp_worker_publishes_its_own_copy_in_a_nested_scope(self):
-        # DFLASH and DSPARK build their draft TpModelWorker this way.
-        before = _fields(self.target)
-
-        def build_like_dflash(seen, server_args, target_worker):
-            def record_tp_worker(server_args, **kwargs):
-                seen["tp_worker_args"] = server_args
-                seen["tp_worker_published"] = get_server_args()
-                return SimpleNamespace(model_runner=SimpleNamespace(model=None))
-
-            with mock.patch.object(
-                draft_worker_common, "TpModelWorker", side_effect=record_tp_worker
-            ):
-                draft_worker_common.build_draft_tp_worker(
-                    server_args=server_args,
-                    gpu_id=0,
-                    ps=ParallelState.trivial(),
-                    nccl_port=12345,
-                    target_model_config=target_worker.model_runner.model_config,
-                    algo_label="DFLASH",
-                )
-            seen["published_after"] = get_server_args()
-
-        _, seen = self.run_draft_init(build_like_dflash)
+        _, seen = self.run_draft_init(lambda seen, sa, _: self.build(sa, seen))
 
         inner = seen["tp_worker_args"]
         self.assertFalse(inner is seen["worker_args"] or inner is self.target)
-        self.assertTrue(seen["tp_worker_published"] is inner, "inner copy unpublished")
-        self.assertTrue(
-            seen["published_after"] is seen["worker_args"],
-            "the scheduler's copy is not published again after the inner scope",
-        )
+        self.assertIs(seen["tp_published"], inner, "inner copy unpublished")
+        self.assertIs(seen["published_after"], seen["worker_args"])
         self.assertEqual(inner.load_format, "dummy")
         self.assertEqual(inner.context_length, TARGET_CONTEXT_LEN)
-        self.assert_target_untouched(before)
+        self.assert_target_untouched()
 
 
-class TestSchedulerDraftInitAsBefore(_SchedulerCase):
-    def test_the_draft_load_format_is_logged_once_when_configured(self):
-        for load_format, expected in (("dummy", 1), (None, 0)):
-            with self.subTest(load_format=load_format):
-                self.target = self.resolve(speculative_draft_load_format=load_format)
-                get_context().set_server_args(self.target)
-                logger = logging.getLogger("sglang.srt.managers.scheduler")
-                with self.assertLogs(logger, level="INFO") as logs:
-                    self.run_draft_init()
-                    logger.info("done")
-                lines = [
-                    line for line in logs.output if "draft model load_format" in line
-                ]
-                self.assertEqual(len(lines), expected, logs.output)
-
+class TestSchedulerDraftInitAsBefore(_DraftServerArgsCase):
     def test_no_speculative_algorithm_builds_no_draft_and_publishes_nothing(self):
-        before = _fields(self.target)
-
-        with mock.patch.object(
-            RuntimeContext, "set_server_args", autospec=True
-        ) as set_server_args:
+        with mock.patch.object(RuntimeContext, "set_server_args") as set_server_args:
             scheduler, seen = self.run_draft_init(algorithm=SpeculativeAlgorithm.NONE)
 
         set_server_args.assert_not_called()
         self.assertEqual(seen, {})
         self.assertIsNone(scheduler.draft_worker)
-        self.assert_target_untouched(before)
+        self.assert_target_untouched()
+
+    def test_the_draft_builds_its_backends_with_the_targets_linear_attn_kernels(self):
+        scheduler, seen = self.run_draft_init()
+
+        def build_target_backends():
+            # As the SM100 GDN prefill default does while the target's
+            # backends are built, after the draft's copy was made.
+            self.target.override(
+                "test.gdn_default", linear_attn_prefill_backend="flashinfer"
+            )
+
+        scheduler.tp_worker.init_attention_backends = build_target_backends
+        scheduler.init_all_attention_backends()
+
+        built_with = seen["backends_built_with"]
+        self.assertEqual(built_with["linear_attn_prefill_backend"], "flashinfer")
+        for name in ("linear_attn_backend", "linear_attn_decode_backend"):
+            self.assertEqual(built_with[name], getattr(self.target, name))
+        self.assertEqual(built_with["load_format"], "dummy")
 
 
 if __name__ == "__main__":

@@ -1,19 +1,12 @@
-"""The EAGLE draft workers leave the target's ``ServerArgs`` alone, and what
-0.5.16 shared through the one instance still reaches the target.
-
-The workers are the real classes, built through the real
-``Scheduler.maybe_init_draft_worker``; only the draft ``TpModelWorker`` (model
-loading) is a stand-in.
-
-- Building the draft, and its hot-token map, leaves the target's context
-  length, load format and ``--json-model-override-args`` alone.
-- Adaptive speculative decoding writes its step and graph switches where the
-  target attention backend, decode graph runner and scheduler read them (the
-  target's config) and restores them there.
-- The multi-layer EAGLE MTP draft sizes its mamba pools from the value the
-  target resolves while allocating its own pools, after the copy was made.
+"""The real EAGLE draft workers, built through the real
+``Scheduler.maybe_init_draft_worker`` with a stand-in draft ``TpModelWorker``,
+leave the target's ``ServerArgs`` alone, and the user's
+``--json-model-override-args`` on the draft's copy. What 0.5.16 shared through
+the one instance still reaches the target (adaptive speculative decoding's
+switches) or the draft (the mamba cache size the target resolves later).
 """
 
+import shutil
 import tempfile
 import unittest
 from types import SimpleNamespace
@@ -36,30 +29,16 @@ register_cpu_ci(est_time=10, suite="stage-a-test-cpu")
 TARGET_CONTEXT_LEN = 4096
 USER_OVERRIDES = '{"rope_theta": 20000.0}'
 HOT_TOKENS = [0, 1, 2, 5, 8]
-ADAPTIVE_FIELDS = (
-    "speculative_num_steps",
-    "speculative_num_draft_tokens",
-    "cuda_graph_bs_decode",
-    "disable_cuda_graph",
-)
-
-
-def _write_model_config(path, architecture):
-    LlamaConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        max_position_embeddings=1024,
-        architectures=[architecture],
-    ).save_pretrained(path)
-    return path
+SWITCHED = {
+    "speculative_num_steps": 3,
+    "speculative_num_draft_tokens": 4,
+    "cuda_graph_bs_decode": [],
+    "disable_cuda_graph": True,
+}
 
 
 class _LoadedDraftTpModelWorker:
-    """The draft TpModelWorker once its model is loaded: what the spec
-    workers read right after constructing it."""
+    """What the spec workers read off their draft TpModelWorker."""
 
     def __init__(self, server_args=None, **kwargs):
         self.server_args = server_args
@@ -74,39 +53,41 @@ class _LoadedDraftTpModelWorker:
             draft_attn_backend=None,
         )
         self.model_runner_list = [self.model_runner]
-        self.pool_sized_with = None
 
     def alloc_memory_pool(self, **kwargs):
         # What the draft's KV cache configurator reads for an MTP head's pool.
-        self.pool_sized_with = self.server_args.max_mamba_cache_size
+        raise _PoolSized(self.server_args.max_mamba_cache_size)
+
+
+class _PoolSized(Exception):
+    pass
 
 
 class _EagleDraftCase(CustomTestCase):
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls._tmp = tempfile.TemporaryDirectory()
-        tmp = cls._tmp.name
-        cls.target_path = _write_model_config(f"{tmp}/t", "LlamaForCausalLM")
-        cls.draft_path = _write_model_config(f"{tmp}/d", "LlamaForCausalLMEagle")
-        cls.token_map = f"{tmp}/hot_token_map.pt"
-        torch.save(HOT_TOKENS, cls.token_map)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls._tmp.cleanup()
-        super().tearDownClass()
+    def setUp(self):
+        self.tmp = tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        for name, arch in (("t", "LlamaForCausalLM"), ("d", "LlamaForCausalLMEagle")):
+            LlamaConfig(
+                vocab_size=256,
+                hidden_size=64,
+                intermediate_size=128,
+                num_hidden_layers=1,
+                num_attention_heads=4,
+                architectures=[arch],
+            ).save_pretrained(f"{tmp}/{name}")
+        self.token_map = f"{tmp}/hot_token_map.pt"
+        torch.save(HOT_TOKENS, self.token_map)
 
     def build_draft_worker(self, module="eagle_worker_v2", **kwargs):
-        """Resolve a target config, publish it as its ModelRunner does, and
-        build its draft through the scheduler."""
+        """Publish a resolved target config and build its draft."""
         self.target = ServerArgs(
-            model_path=self.target_path,
+            model_path=f"{self.tmp}/t",
             device="cpu",
             skip_tokenizer_init=True,
             attention_backend="torch_native",
             speculative_algorithm="EAGLE",
-            speculative_draft_model_path=self.draft_path,
+            speculative_draft_model_path=f"{self.tmp}/d",
             speculative_num_steps=2,
             speculative_eagle_topk=1,
             speculative_num_draft_tokens=3,
@@ -125,12 +106,10 @@ class _EagleDraftCase(CustomTestCase):
         scheduler.ps = ParallelState.trivial()
         scheduler.nccl_port = 12345
         scheduler.tp_worker = SimpleNamespace(
-            server_args=self.target,
             model_config=model_config,
             model_runner=SimpleNamespace(
                 server_args=self.target, model_config=model_config
             ),
-            device="cpu",
         )
         with mock.patch(
             f"sglang.srt.speculative.{module}.TpModelWorker",
@@ -141,26 +120,28 @@ class _EagleDraftCase(CustomTestCase):
 
 
 class TestEagleDraftLeavesTheTargetAlone(_EagleDraftCase):
-    def test_the_target_keeps_its_fields_through_the_draft_and_its_token_map(self):
-        worker = self.build_draft_worker(
+    def setUp(self):
+        super().setUp()
+        self.worker = self.build_draft_worker(
             speculative_draft_load_format="dummy",
             speculative_token_map=self.token_map,
             json_model_override_args=USER_OVERRIDES,
         )
         # Runs from alloc_memory_pool, after the draft model was built.
-        worker._draft_worker.init_token_map()
+        self.worker.draft_worker.init_token_map()
 
-        self.assertEqual(worker._draft_worker.hot_token_id.tolist(), HOT_TOKENS)
-        self.assertEqual(worker.server_args.context_length, TARGET_CONTEXT_LEN)
-        self.assertEqual(worker.server_args.load_format, "dummy")
+    def test_the_target_keeps_its_fields_through_the_draft_and_its_token_map(self):
         target = self.target
+        self.assertEqual((target.context_length, target.load_format), (None, "auto"))
+        self.assertEqual(target.json_model_override_args, USER_OVERRIDES)
+        draft = self.worker.server_args
+        self.assertEqual(draft.context_length, TARGET_CONTEXT_LEN)
+        self.assertEqual(draft.load_format, "dummy")
+
+    def test_the_token_map_leaves_the_users_overrides_on_the_drafts_config(self):
+        self.assertEqual(self.worker.draft_worker.hot_token_id.tolist(), HOT_TOKENS)
         self.assertEqual(
-            (
-                target.context_length,
-                target.load_format,
-                target.json_model_override_args,
-            ),
-            (None, "auto", USER_OVERRIDES),
+            self.worker.server_args.json_model_override_args, USER_OVERRIDES
         )
 
 
@@ -169,13 +150,13 @@ class TestAdaptiveSpecReachesTheTarget(_EagleDraftCase):
         super().setUp()
         self.worker = self.build_draft_worker()
         # Left by init_attention_backends / init_cuda_graphs in a real server.
-        dw = self.worker._draft_worker
+        dw = self.worker.draft_worker
         dw.draft_attn_backend = dw.draft_extend_attn_backend = None
         dw.cuda_graph_runner = dw.cuda_graph_runner_for_draft_extend = None
 
     def fields(self):
         return [
-            {name: getattr(sa, name) for name in ADAPTIVE_FIELDS}
+            {name: getattr(sa, name) for name in SWITCHED}
             for sa in (self.target, self.worker.server_args)
         ]
 
@@ -184,13 +165,7 @@ class TestAdaptiveSpecReachesTheTarget(_EagleDraftCase):
 
         with self.assertRaises(RuntimeError):
             with self.worker._override_worker_state(3, 4, cuda_graph_bs=[]):
-                switched = {
-                    "speculative_num_steps": 3,
-                    "speculative_num_draft_tokens": 4,
-                    "cuda_graph_bs_decode": [],
-                    "disable_cuda_graph": True,
-                }
-                self.assertEqual(self.fields(), [switched, switched])
+                self.assertEqual(self.fields(), [SWITCHED, SWITCHED])
                 raise RuntimeError("capture failed")
 
         self.assertEqual(self.fields(), before)
@@ -219,18 +194,13 @@ class TestMultiLayerDraftPoolSizing(_EagleDraftCase):
         worker = self.build_draft_worker(
             "multi_layer_eagle_worker_v2", enable_multi_layer_eagle=True
         )
-        # The target resolves it while allocating its own pools, which the
-        # scheduler does after the draft was built.
+        # The target resolves it while allocating its pools, after the draft
+        # was built; the draft TpModelWorker stand-in stops at its own.
         self.target.override("test.target_pool", max_mamba_cache_size=37)
+        with self.assertRaises(_PoolSized) as sized:
+            worker.alloc_memory_pool()
 
-        draft_worker = worker._draft_worker
-        with (
-            mock.patch.object(draft_worker, "init_lm_head"),
-            mock.patch.object(draft_worker, "_init_boundary_kv_fix_state"),
-        ):
-            draft_worker.alloc_memory_pool()
-
-        self.assertEqual(draft_worker.draft_worker.pool_sized_with, 37)
+        self.assertEqual(sized.exception.args, (37,))
         self.assertEqual(self.target.max_mamba_cache_size, 37)
 
 
