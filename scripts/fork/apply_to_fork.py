@@ -1,48 +1,18 @@
 #!/usr/bin/env python3
-"""Apply this backport's patch series to an SGLang v0.5.16 fork, or change nothing.
+"""Apply this backport's patches/ to an SGLang v0.5.16 fork, or revert it.
 
-    python3 scripts/fork/apply_to_fork.py FORK
+    python3 scripts/fork/apply_to_fork.py [--revert] FORK
 
-FORK is a git work tree with SGLang's layout (``python/sglang/``), on the
-branch that should get the commits. The series is ``patches/*.patch`` of this
-repository, in file-name order; each patch becomes one commit, made by
-``git am -3`` (``git am -3 patches/*.patch`` in the fork does the same without
-these checks). Plain git underneath:
-
-1. The fork: a work tree with ``python/sglang/`` on a branch with a commit, no
-   git operation in progress.
-2. What the fork already has, decided from its code, never from tags or
-   version strings. Every patch present (it reverse-applies): nothing to do.
-   Upstream's own fix (v0.5.17's ``draft_server_args_copy`` in
-   ``speculative/draft_worker_common.py``, or the per-runner
-   ``_resolve_draft_load_format`` of later releases): nothing to do. A patch
-   merged 3-way counts as present when every line it adds is in its file.
-   This backport's fix in another revision (its helper, its publishing scope
-   and none of the five draft writes left): nothing to do. Part of the fix that a
-   missing patch adds, beside what is still missing: refused, with the list.
-   Otherwise the patches already present (say an earlier, shorter series)
-   are skipped and the rest applied.
-3. The work tree: no tracked change; nothing untracked where the series
-   writes; every directory written to writable, no immutable file replaced.
-4. Where the fork's history lacks sglang v0.5.16's version of a file the
-   series changes, the release's copy in ``.build/pristine`` is written into
-   the fork's object store (``git hash-object -w``: no ref, index or file
-   changes), so that a 3-way merge has its base.
-5. ``git am -3`` of the series in a temporary worktree of the fork's HEAD,
-   with the fork's own config and hooks. On a conflict it carries on to name
-   every conflicting file of every patch, and refuses.
-6. The fork's branch is fast-forwarded to those commits (``git read-tree -m
-   -u`` and ``git update-ref``). Should that fail, HEAD, index and work tree
-   are restored as they were.
-
-Exit status: 0 applied, or nothing to do; 1 refused or failed, with nothing
-changed; 2 usage; 3 failed and not fully restored (the message says how to
-get back). Errors are one line on stderr starting ``apply: error:`` (a
-failed trial ``git am`` adds git's own output below it).
-Standard library only; needs git.
+Applying makes one commit per patch on FORK's branch, as `git am -3` does, where
+the code has neither it, upstream's fix, a part of it (refused) nor commits of
+another Backport-Revision (revert first); .build/pristine gives git the v0.5.16
+files a 3-way merge needs. --revert reverts the commits with this backport's
+Backport-Of trailer, newest first: the way to v0.5.17 or another revision. Each
+runs in a temporary worktree first and names every conflict, then fast-forwards
+the branch, index and work tree, or restores them. Exit 0 done or nothing to do;
+1 refused, nothing changed (objects aside); 2 usage; 3 not restored. Errors are
+one line on stderr, "apply: error: ...", then git's words, indented.
 """
-
-from __future__ import annotations
 
 import argparse
 import contextlib
@@ -54,699 +24,312 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import NamedTuple, Optional
+from types import SimpleNamespace as Record
 
-ROOT = Path(__file__).resolve().parents[2]
-PATCHES = ROOT / "patches"
-PRISTINE = ROOT / ".build" / "pristine"  # holds the released package as sglang/
-SETUP = ROOT / "scripts" / "dev" / "setup.sh"
+ROOT, TOOL = Path(__file__).resolve().parents[2], Path(__file__).resolve()
+PATCHES, PRISTINE = ROOT / "patches", ROOT / ".build" / "pristine"
 UPSTREAM_REPO = "https://github.com/sgl-project/sglang"
-
-SERVER_ARGS = "python/sglang/srt/server_args.py"
-# (file, code, what it is): this backport's own code.
-OURS = (
-    (SERVER_ARGS, "def draft_server_args_copy(", "draft_server_args_copy()"),
-    (
-        "python/sglang/srt/runtime_context.py",
-        "def scoped_server_args(",
-        "RuntimeContext.scoped_server_args()",
-    ),
+BACKPORT_OF, SRT = f"{UPSTREAM_REPO}/pull/33335", "python/sglang/srt/"
+OURS = (  # (file, code, what it is): this backport's own code
+    (SRT + "server_args.py", "def draft_server_args_copy(", "draft_server_args_copy()"),
+    (SRT + "runtime_context.py", "def scoped_server_args(", "scoped_server_args()"),
 )
-# (file, code, what it is): v0.5.16's writes of draft values onto the target's
-# config, which the fix removes.
-WORKERS = ("eagle", "standalone", "multi_layer_eagle", "frozen_kv_mtp")
-BUG_SITES = (
-    (
-        "python/sglang/srt/managers/scheduler.py",
-        "scheduler.draft_load_format",
-        "the draft load-format write in scheduler.py",
-    ),
-) + tuple(
-    (
-        f"python/sglang/srt/speculative/{worker}_worker_v2.py",
-        "spec_worker.match_target_context_length",
-        f"the context-length write in {worker}_worker_v2.py",
-    )
-    for worker in WORKERS
+W = "eagle standalone multi_layer_eagle frozen_kv_mtp".split()  # v0.5.16's draft
+BUG_SITES = [("managers/scheduler.py", "scheduler.draft_load_format")]  # writes
+BUG_SITES += [(f"speculative/{w}_worker_v2.py", "match_target_context") for w in W]
+BUG_SITES = tuple((SRT + f, code, f.rsplit("/", 1)[1]) for f, code in BUG_SITES)
+UPSTREAM = (  # upstream's own fix: v0.5.17's, and that of later releases
+    (SRT + "speculative/draft_worker_common.py", "def draft_server_args_copy("),
+    (SRT + "model_executor/model_runner.py", "def _resolve_draft_load_format("),
 )
-# (file, code, what it is): upstream's own fix.
-UPSTREAM = (
-    (
-        "python/sglang/srt/speculative/draft_worker_common.py",
-        "def draft_server_args_copy(",
-        "v0.5.17's draft_server_args_copy() in speculative/draft_worker_common.py",
-    ),
-    (
-        "python/sglang/srt/model_executor/model_runner.py",
-        "def _resolve_draft_load_format(",
-        "the per-runner draft config of later releases "
-        "(ModelRunner._resolve_draft_load_format)",
-    ),
-)
-IN_PROGRESS = (  # (git path, what, the commands that end it)
-    ("rebase-merge", "a rebase", ("rebase --continue", "rebase --abort")),
-    ("rebase-apply/applying", "a git am", ("am --continue", "am --abort")),
-    ("rebase-apply", "a rebase", ("rebase --continue", "rebase --abort")),
-    ("MERGE_HEAD", "a merge", ("commit", "merge --abort")),
-    (
-        "CHERRY_PICK_HEAD",
-        "a cherry-pick",
-        ("cherry-pick --continue", "cherry-pick --abort"),
-    ),
-    ("REVERT_HEAD", "a revert", ("revert --continue", "revert --abort")),
-    (
-        "sequencer",
-        "a cherry-pick or revert",
-        ("cherry-pick --continue", "cherry-pick --quit"),
-    ),
-    ("BISECT_LOG", "a bisect", (None, "bisect reset")),
-)
-# Variables that point git at another repository, index or object store.
-GIT_LOCATION_VARS = (
-    "GIT_DIR GIT_WORK_TREE GIT_INDEX_FILE GIT_OBJECT_DIRECTORY GIT_COMMON_DIR "
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES GIT_PREFIX GIT_IMPLICIT_WORK_TREE GIT_NAMESPACE"
-).split()
-HOOKS_OFF = ("-c", f"core.hooksPath={os.devnull}")
-# No background gc, no rr-cache records: the trial run leaves only objects.
-CHORES_OFF = [
-    arg
-    for setting in ("gc.auto=0", "maintenance.auto=false", "rerere.enabled=false")
-    for arg in ("-c", setting)
-]
-FS_IOC_GETFLAGS = 0x80086601  # Linux; the inode flags that chattr sets
-FS_IMMUTABLE_FL, FS_APPEND_FL = 0x10, 0x20
+UPSTREAM = tuple((f, code, f"{code[4:]}) in {f[len(SRT):]}") for f, code in UPSTREAM)
+IN_PROGRESS = "rebase-merge:rebase rebase-apply/applying:am rebase-apply:rebase"
+IN_PROGRESS += " MERGE_HEAD:merge BISECT_LOG:bisect CHERRY_PICK_HEAD:cherry-pick"
+IN_PROGRESS = dict(s.split(":") for s in f"{IN_PROGRESS} REVERT_HEAD:revert".split())
+LOCATION = "DIR WORK_TREE INDEX_FILE OBJECT_DIRECTORY COMMON_DIR PREFIX NAMESPACE"
+LOCATION = {f"GIT_{v}" for v in LOCATION.split() + ["ALTERNATE_OBJECT_DIRECTORIES"]}
+# A trial leaves only objects: no gc, no rr-cache, no hooks when it resumes.
+CHORES_OFF = "-c gc.auto=0 -c maintenance.auto=false -c rerere.enabled=false"
+HOOKS_OFF = f"-c core.hooksPath={os.devnull}"
 TEST_FILE = re.compile(r"^test/registered/unit/(?:.*/)?test_[^/]*\.py$")
+WHY = {"123": "changed in your fork too", "23": "your fork already has a file there"}
+WHY.update({"12": "deleted by the change, changed in your fork", "": "no v0.5.16 base"})
+WHY["13"] = "deleted or moved in your fork"
+NOTHING = "; nothing was changed"
 
 
 class Refused(Exception):
-    """Nothing was changed; the message says why and what to do."""
+    code = 1  # nothing was changed
 
 
-class NotRestored(Exception):
-    """A write failed and the fork could not be put back as it was."""
+class NotRestored(Refused):
+    code = 3  # a write failed, and the fork could not be put back as it was
 
 
-def q(path) -> str:
-    return shlex.quote(str(path))
+q = lambda path: shlex.quote(str(path))  # noqa: E731
+say = lambda msg: print(f"apply: {msg}", flush=True)  # noqa: E731
+indented = lambda text: "".join(f"\n    {t}" for t in text.strip().splitlines())  # noqa
+RESTORE = f"restore it (`git -C {q(ROOT)} checkout -- patches`)"
+damaged = lambda what: Refused(f"{what}; {RESTORE}")  # noqa: E731
+adds = lambda p, f, c: any(g == f and c in a for g, a in p.lines)  # noqa: E731
+found = lambda sites, texts: [w for f, c, w in sites if c in texts[f]]  # noqa: E731
 
 
-def say(msg: str) -> None:
-    print(f"apply: {msg}", flush=True)
-
-
-def first_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith(("fatal:", "error:"))]
-    return (errors or lines or [""])[0]
-
-
-def git(cwd, *args: str, env: Optional[dict] = None, input: Optional[str] = None):
-    full_env = {k: v for k, v in os.environ.items() if k not in GIT_LOCATION_VARS}
-    full_env.update(LC_ALL="C", GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0")
-    full_env.update(env or {})
-    try:
-        return subprocess.run(
-            ["git", *args],
-            cwd=cwd,
-            env=full_env,
-            input=input,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+def git(cwd, cmd: str, *args, env=None, input=None) -> subprocess.CompletedProcess:
+    env = {**{k: v for k, v in os.environ.items() if k not in LOCATION}, **(env or {})}
+    env.update(
+        LC_ALL="C", GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", GIT_EDITOR=":"
+    )
+    argv, text = ["git", "-C", cwd, *cmd.split(), *args], dict(errors="replace")
+    try:  # file contents need not be UTF-8
+        return subprocess.run(argv, env=env, input=input, capture_output=True, **text)
     except FileNotFoundError:
         raise Refused("git is not on PATH; install git and run this again") from None
 
 
-def out(cwd, *args: str, **kwargs) -> str:
-    proc = git(cwd, *args, **kwargs)
-    if proc.returncode != 0:
-        raise Refused(
-            f"git {' '.join(args)} failed in {q(cwd)}: {first_line(proc.stderr)}"
-        )
-    return proc.stdout.strip()
+def out(cwd, cmd: str, *args, **kwargs) -> str:
+    run = git(cwd, cmd, *args, **kwargs)
+    if run.returncode != 0:
+        raise Refused(f"git {cmd} failed in {q(cwd)}{NOTHING}:{indented(run.stderr)}")
+    return run.stdout.strip()
 
 
-# ---------------------------------------------------------------- the series
-
-
-class Patch(NamedTuple):
-    path: Path
-    subject: str
-    created: tuple  # paths the patch adds
-    changed: tuple  # paths it modifies or deletes
-    preimages: dict  # path -> abbreviated blob id it applies to
-    postimages: tuple  # abbreviated blob ids it produces
-    added: dict  # path -> the lines it adds, joined
-
-    @property
-    def name(self) -> str:
-        return self.path.name
-
-
-def parse_patch(path: Path) -> Patch:
+def parse_patch(path: Path) -> Record:
     text = path.read_text(encoding="utf-8", errors="replace")
-    subject = re.search(r"^Subject: (.*(?:\n[ \t].*)*)", text, re.M)
-    if not text.startswith("From ") or not subject or "\ndiff --git " not in text:
-        raise Refused(
-            f"{q(path)} is not a patch from git format-patch; restore patches/ "
-            f"(`git -C {q(ROOT)} checkout -- patches`), then run this again"
-        )
-    subject = re.sub(
-        r"^\[PATCH[^\]]*\]\s*", "", re.sub(r"\s*\n[ \t]+", " ", subject[1])
-    )
-    created, changed, pre, post, added = [], [], {}, [], {}
-    for section in re.split(r"^(?=diff --git )", text, flags=re.M)[1:]:
-        names = re.match(r"diff --git a/(\S+) b/(\S+)", section)
+    message, *sections = re.split(r"^(?=diff --git )", text, flags=re.M)
+    if not text.startswith("From ") or "\nSubject: " not in message or not sections:
+        raise damaged(f"{q(path)} is not a patch from git format-patch")
+    revision = re.findall(r"^Backport-Revision: *(\S+)$", message, re.M) or [None]
+    patch = Record(path=path, name=path.name, created=[], changed=[], pre={}, post=[])
+    patch.lines, patch.revision = set(), revision[0]  # {(file, a line it adds)}
+    for section in sections:
+        old, new = (re.findall(r"^diff --git a/(\S+) b/(\S+)", section) or [(0, 0)])[0]
         head, _, body = section.partition("\n@@")
-        old, new = names.groups() if names else (None, None)
-        if "\nnew file mode" in head:
-            created.append(new)
-        elif "\nrename from" in head:
-            changed.append(old)
-            created.append(new)
-        else:
-            changed.append(old)
-        ids = re.search(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)", head, re.M)
-        if ids:
-            if "\nnew file mode" not in head:
-                pre[old] = ids[1]
-            post.append(ids[2])
-        plus = [line[1:] for line in body.splitlines() if line.startswith("+")]
-        added[new] = added.get(new, "") + "\n".join(plus)
-    return Patch(path, subject, tuple(created), tuple(changed), pre, tuple(post), added)
+        ids = re.findall(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)", head, re.M) or [()]
+        new_file = "\nnew file mode" in head
+        patch.created += [new] if new_file or "\nrename from" in head else []
+        patch.changed += [] if new_file else [old]
+        patch.pre.update({old: ids[0][0]} if ids[0] and not new_file else {})
+        patch.post += ids[0][1:]
+        plus = [line[1:].strip() for line in body.splitlines() if line[:1] == "+"]
+        patch.lines |= {(new, line) for line in plus if re.search(r"\w", line)}
+    return patch
 
 
 def load_series() -> list:
-    patches = sorted(PATCHES.glob("*.patch"))
-    if not patches:
-        raise Refused(
-            f"{q(PATCHES)} holds no *.patch file; restore it "
-            f"(`git -C {q(ROOT)} checkout -- patches`), then run this again"
-        )
-    series = [parse_patch(p) for p in patches]
-    if not any(OURS[0][1] in p.added.get(SERVER_ARGS, "") for p in series):
-        raise Refused(
-            f"the patches in {q(PATCHES)} are not this backport's series (none adds "
-            f"draft_server_args_copy() to {SERVER_ARGS}); restore them "
-            f"(`git -C {q(ROOT)} checkout -- patches`), then run this again"
-        )
+    series = [parse_patch(p) for p in sorted(PATCHES.glob("*.patch"))]
+    if not series:
+        raise damaged(f"{q(PATCHES)} holds no *.patch file")
+    if not any(adds(p, *OURS[0][:2]) for p in series):
+        why = f"none adds draft_server_args_copy() to {OURS[0][0]}"
+        raise damaged(f"the patches in {q(PATCHES)} are not this backport's ({why})")
     return series
 
 
-# ------------------------------------------------------------------ the fork
+def locate_fork(arg: str) -> Record:
+    probe = git(arg, "rev-parse --is-inside-work-tree --absolute-git-dir")
+    if not probe.stdout.startswith("true\n"):
+        bare = " (a bare repository or a .git directory)" * bool(probe.stdout)
+        said = f"; git said:{indented(probe.stderr)}" * bool(probe.returncode)
+        fix = "pass a checkout of your SGLang fork (`git clone <its URL>` makes one)"
+        raise Refused(f"{q(arg)} is not in a git work tree{bare}; {fix}{said}")
+    git_dir, top = probe.stdout.split("\n")[1], out(arg, "rev-parse --show-toplevel")
+    fork = Record(top=Path(top), q=q(top), cd=f"cd {q(top)} &&")
+    fork.git = lambda cmd, *args, **kwargs: git(top, cmd, *args, **kwargs)
+    if not (fork.top / "python" / "sglang").is_dir():
+        raise Refused(f"{fork.q} has no python/sglang/; pass the top of your fork")
+    for name, op in IN_PROGRESS.items():
+        stop = "bisect reset" if op == "bisect" else op + " --abort"
+        if os.path.exists(os.path.join(git_dir, name)):
+            stop = f"finish it, or end it (`{fork.cd} git {stop}`)"
+            raise Refused(f"a git {op} is in progress in {fork.q}; {stop}")
+    fork.branch = fork.git("symbolic-ref -q HEAD").stdout.strip()
+    fork.head = fork.git("rev-parse -q --verify HEAD^{commit}").stdout.strip()
+    switch = f"switch to your fork's branch (`{fork.cd} git switch <branch>`)"
+    if not fork.head:
+        branch = f"the branch {fork.branch[11:]} of {fork.q}"
+        raise Refused(f"{branch} has no commit yet; {switch}")
+    if not fork.branch:
+        new = f"or make one (`{fork.cd} git switch -c sglang-draft-isolation`)"
+        raise Refused(f"HEAD of {fork.q} is detached; {switch} {new}")
+    dirty = [t[3:] for t in fork.git("status --porcelain -uno").stdout.splitlines()]
+    if dirty:
+        files = ", ".join(dirty[:10]) + " ..." * (len(dirty) > 11)
+        stash = f"commit or stash them (`{fork.cd} git stash`)"
+        raise Refused(f"{fork.q} has uncommitted changes ({files}); {stash}")
+    return fork
 
 
-class Fork(NamedTuple):
-    top: Path
-    git_dir: Path
-    head: str
-    branch: str  # refs/heads/...
-
-    @property
-    def cd(self) -> str:
-        return f"cd {q(self.top)} &&"
+def texts_at(fork, rev: str, paths) -> dict:  # path -> its text at rev, or ""
+    return {p: fork.git("show", f"{rev}:{p}").stdout for p in dict.fromkeys(paths)}
 
 
-def locate_fork(arg: str) -> Fork:
-    path = Path(arg).expanduser()
-    if not path.is_dir():
-        what = "is not a directory" if path.exists() else "does not exist"
-        raise Refused(
-            f"{q(arg)} {what}; pass the directory of your SGLang fork's checkout"
-        )
-    probe = git(path, "rev-parse", "--is-inside-work-tree", "--absolute-git-dir")
-    if probe.returncode != 0:
-        owner = re.search(r"dubious ownership in repository at '(.*)'", probe.stderr)
-        if owner:
-            raise Refused(
-                f"git refuses to work in {q(owner[1])}: it belongs to another user "
-                "(git's safe.directory check); if you trust it, run `git config "
-                f"--global --add safe.directory {q(owner[1])}`, then run this again"
-            )
-        raise Refused(
-            f"{q(path)} is not in a git work tree; pass the checkout of your "
-            "SGLang fork (`git clone <your fork's URL>` makes one)"
-        )
-    inside, git_dir = probe.stdout.split("\n", 1)
-    if inside != "true":
-        raise Refused(
-            f"{q(path)} is not in a git work tree (a bare repository or a .git "
-            "directory); pass a checkout of your SGLang fork (`git clone "
-            f"{q(path.resolve())} sglang-fork` makes one)"
-        )
-    git_dir = Path(git_dir.strip())
-    top = Path(out(path, "rev-parse", "--show-toplevel"))
-    if not (top / "python" / "sglang").is_dir():
-        raise Refused(
-            f"{q(top)} has no python/sglang/; pass the top of a checkout of your "
-            "SGLang fork (SGLang's repository layout)"
-        )
-    cd = f"cd {q(top)} &&"
-    for name, what, (go_on, stop) in IN_PROGRESS:
-        if (git_dir / name).exists():
-            finish = f"finish it (`{cd} git {go_on}`) or " if go_on else ""
-            raise Refused(
-                f"{what} is in progress in {q(top)}; {finish}end it "
-                f"(`{cd} git {stop}`), then run this again"
-            )
-    if (git_dir / "index.lock").exists():
-        raise Refused(
-            f"another git command is running in {q(top)} ({q(git_dir / 'index.lock')} "
-            f"exists); wait for it, or if none is running `rm -f "
-            f"{q(git_dir / 'index.lock')}`, then run this again"
-        )
-    branch = git(top, "symbolic-ref", "-q", "HEAD").stdout.strip()
-    head = git(top, "rev-parse", "-q", "--verify", "HEAD^{commit}").stdout.strip()
-    if not head:
-        raise Refused(
-            f"the branch {branch.removeprefix('refs/heads/')} of {q(top)} has no "
-            f"commit yet; check out your fork's branch (`{cd} git switch "
-            "<branch>`), then run this again"
-        )
-    if not branch:
-        raise Refused(
-            f"HEAD of {q(top)} is detached at {head[:12]}; switch to the branch "
-            f"that should get the commits (`{cd} git switch <branch>`) or make one "
-            f"here (`{cd} git switch -c sglang-draft-isolation`), then run this again"
-        )
-    return Fork(top, git_dir, head, branch)
+def backport_commits(fork) -> list:
+    """[(sha, Backport-Revision)] of this backport's commits in HEAD that no
+    later revert undid, newest first."""
+    trailer = "%(trailers:key=Backport-{},valueonly,separator=%x01)%x00"
+    fmt = f"--format=%H%x00{trailer.format('Of')}{trailer.format('Revision')}"
+    grep = f"--grep=^Backport-Of: {BACKPORT_OF}$"
+    log = fork.git("log -z", fmt, grep, fork.head).stdout
+    grep = "--grep=This reverts commit "
+    reverts = fork.git("log -z -F --format=%H%x00%B", grep, fork.head).stdout
+    undone = {}  # sha -> the commits that revert it
+    for sha, body in re.findall(r"([0-9a-f]{40})\0([^\0]*)", reverts):
+        for target in re.findall(r"This reverts commit ([0-9a-f]{40})", body):
+            undone.setdefault(target, []).append(sha)
+    live = lambda sha: not any(map(live, undone.get(sha, ())))  # noqa: E731
+    commits = []
+    for sha, of, rev in re.findall(r"([0-9a-f]{40})\0([^\0]*)\0([^\0]*)\0", log):
+        if BACKPORT_OF in of.strip().split("\x01") and live(sha):
+            commits.append((sha, rev.split("\x01")[0].strip() or None))
+    return commits
 
 
-def head_files(fork: Fork, paths) -> dict:
-    """path -> the file's text at HEAD, or None."""
-    paths = list(dict.fromkeys(paths))
-    proc = subprocess.run(
-        ["git", "cat-file", "--batch"],
-        cwd=fork.top,
-        stdout=subprocess.PIPE,
-        input="".join(f"HEAD:{p}\n" for p in paths).encode(),
-        env={k: v for k, v in os.environ.items() if k not in GIT_LOCATION_VARS},
-    )
-    if proc.returncode != 0:
-        raise Refused(f"git cat-file --batch failed in {q(fork.top)}")
-    data, pos, texts = proc.stdout, 0, {}
-    for path in paths:
-        end = data.index(b"\n", pos)
-        header = data[pos:end].split()
-        pos = end + 1
-        if header[-1] == b"missing":
-            texts[path] = None
-            continue
-        size = int(header[2])
-        blob = data[pos : pos + size]
-        texts[path] = blob.decode("utf-8", "replace") if header[1] == b"blob" else None
-        pos += size + 1
-    return texts
-
-
-@contextlib.contextmanager
-def scratch_index(fork: Fork):
-    """An environment whose index is a throwaway copy of HEAD's tree."""
-    with tempfile.TemporaryDirectory(prefix="sglang-backport-") as tmp:
-        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        out(fork.top, "read-tree", fork.head, env=env)
-        yield env
-
-
-def merged_in(patch: Patch, texts: dict) -> bool:
-    """Every line the patch adds (one with a letter or digit) is a line of its
-    file at HEAD: the patch is in, merged with the fork's own changes."""
-    for path, added in patch.added.items():
-        wanted = {line.strip() for line in added.splitlines() if re.search(r"\w", line)}
-        lines = {line.strip() for line in (texts.get(path) or "").splitlines()}
-        if wanted - lines:
-            return False
-    return True
-
-
-def missing_patches(fork: Fork, series: list) -> list:
-    """The patches of the series that are not in the fork, or refuse."""
-    with scratch_index(fork) as env:
-        exact = [
-            git(
-                fork.top, "apply", "--cached", "--check", "-R", str(p.path), env=env
-            ).returncode
-            == 0
-            for p in series
-        ]
+def missing_patches(fork, series: list) -> list:  # those the fork lacks, or refuse
+    exact = [not fork.git("apply --check -R", p.path).returncode for p in series]
     files = [f for f, _, _ in UPSTREAM + OURS + BUG_SITES]
-    texts = head_files(fork, files + [f for p in series for f in p.added])
-    merged = [not e and merged_in(p, texts) for p, e in zip(series, exact)]
+    texts = texts_at(fork, fork.head, files + [f for p in series for f, _ in p.lines])
+    # A patch merged 3-way is in when every line it adds (with a letter) is there.
+    have = {(f, t.strip()) for f, text in texts.items() for t in text.splitlines()}
+    merged = [not e and p.lines <= have for p, e in zip(series, exact)]
     missing = [p for p, e, m in zip(series, exact, merged) if not (e or m)]
+    names = lambda patches: ", ".join(p.name for p in patches)  # noqa: E731
+    upstream, ours, bugs = (found(s, texts) for s in (UPSTREAM, OURS, BUG_SITES))
+    has, revision = f"{fork.q} has", series[-1].revision
+    other = {str(r) for _, r in backport_commits(fork) if r != revision} - {"None"}
+    if upstream and not all(exact):
+        why = "upstream's own fix (sgl-project/sglang#33335, released in v0.5.17)"
+        return say(f"already fixed upstream: {has} {upstream[0]}, {why}; nothing to do")
+    if revision and other and not all(exact):
+        older = f"Backport-Revision {', '.join(sorted(other))} of this backport"
+        again = f"revert it (`python3 {q(TOOL)} --revert {fork.q}`), then apply"
+        raise Refused(f"{has} {older}, patches/ Revision {revision}; {again}{NOTHING}")
     if not missing:
-        names = ", ".join(p.name for p, m in zip(series, merged) if m)
-        say(
-            f"already patched: {q(fork.top)} has every patch of this backport "
-            f"({', '.join(p.name for p in series)}"
-            + (f"; merged with your changes: {names}" if names else "")
-            + "); nothing to do"
-        )
-        return []
-    has = lambda f, code: code in (texts[f] or "")  # noqa: E731
-    upstream = [what for f, code, what in UPSTREAM if has(f, code)]
-    if upstream:
-        say(
-            f"already fixed upstream: {q(fork.top)} has {upstream[0]}, upstream's "
-            "own fix (sgl-project/sglang#33335, released in v0.5.17); this "
-            "backport is for v0.5.16; nothing to do"
-        )
-        return []
-    ours = [what for f, code, what in OURS if has(f, code)]
-    bugs = [what for f, code, what in BUG_SITES if has(f, code)]
-    sglang_missing = any(f.startswith("python/") for p in missing for f in p.changed)
-    if len(ours) == len(OURS) and not bugs and sglang_missing:
-        say(
-            f"already patched: {q(fork.top)} has this backport's fix "
-            f"({' and '.join(ours)}, none of the draft writes onto the target's "
-            f"config) in another revision than {q(PATCHES)}; nothing to do"
-        )
-        return []
-    # Part of the fix that a missing patch would add is there already.
-    stray = [
-        (f, code)
-        for f, code, _ in OURS
-        if has(f, code) and any(code in p.added.get(f, "") for p in missing)
-    ]
-    if stray:
-        lacks = [what for f, code, what in OURS if not has(f, code)]
-        lacks += [p.name for p in missing]
-        path, code = stray[0]
-        raise Refused(
-            f"{q(fork.top)} has part of this backport, not all of it: it has "
-            f"{', '.join(ours)}; it lacks {', '.join(lacks)}"
-            + (f"; and it still has {', '.join(bugs)}" if bugs else "")
-            + "; revert the part that is there (find its commits with `"
-            f"{fork.cd} git log --oneline {q('-S' + code)} -- {path}`), then run "
-            "this again; nothing was changed"
-        )
-    if len(missing) < len(series):
-        names = ", ".join(p.name for p in series if p not in missing)
-        say(f"{q(fork.top)} already has {names}; applying the rest")
+        merged = [p for p, m in zip(series, merged) if m]
+        merged = f"; merged with your changes: {names(merged)}" * bool(merged)
+        every = f"every patch of this backport ({names(series)}{merged})"
+        return say(f"already patched: {has} {every}; nothing to do")
+    sglang = any(f.startswith("python/") for p in missing for f in p.changed)
+    if len(ours) == len(OURS) and not bugs and sglang:
+        fix = f"this backport's fix ({' and '.join(ours)}, none of the draft writes)"
+        other = f"in another revision than {q(PATCHES)}"
+        return say(f"already patched: {has} {fix} {other}; nothing to do")
+    for f, code, _ in OURS:
+        if code in texts[f] and any(adds(p, f, code) for p in missing):
+            lacks = [what for f, code, what in OURS if code not in texts[f]]
+            lacks = ", ".join(lacks + [names(missing)])
+            part = f"part of this backport: it has {', '.join(ours)}; it lacks {lacks}"
+            still = f"; it still has the draft writes in {', '.join(bugs)}" * bool(bugs)
+            find = f"find its commits: `{fork.cd} git log {q('-S' + code)} -- {f}`"
+            raise Refused(f"{has} {part}{still}; revert it ({find}){NOTHING}")
     return missing
 
 
-# ------------------------------------------------------------- the work tree
-
-
-def inode_flags(path: Path) -> int:
-    try:
-        import array
-        import fcntl
-
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-        try:
-            buf = array.array("l", [0])
-            fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf, True)
-            return buf[0]
-        finally:
-            os.close(fd)
-    except (ImportError, OSError, ValueError):
-        return 0
-
-
-def check_work_tree(fork: Fork, patches: list) -> None:
-    tracked = git(fork.top, "status", "--porcelain=v1", "-uno").stdout.splitlines()
-    if tracked:
-        files = ", ".join(line[3:] for line in tracked[:10])
-        more = f" and {len(tracked) - 10} more" if len(tracked) > 10 else ""
-        raise Refused(
-            f"{q(fork.top)} has uncommitted changes ({files}{more}); commit them or "
-            f"stash them (`{fork.cd} git stash`), then run this again"
+def supply_bases(fork, patches: list) -> list:
+    """Give the fork's object store v0.5.16's blobs the patches apply to."""
+    made = {b for p in patches for b in p.post}
+    wanted = {b: f for p in patches for f, b in p.pre.items() if b not in made}
+    check = fork.git("cat-file --batch-check", input="\n".join([*wanted, ""]))
+    supplied, lacking, hash_it = [], [], "hash-object --no-filters"
+    for blob in re.findall(r"^(\S+) missing$", check.stdout, re.M):
+        release = PRISTINE / wanted[blob][len("python/") :]
+        ours = wanted[blob].startswith("python/sglang/") and release.is_file()
+        ours = ours and out(fork.top, hash_it, release).startswith(blob)
+        (supplied if ours else lacking).append(wanted[blob])
+        out(fork.top, hash_it + " -w", release) if ours else None
+    if supplied:
+        say(
+            f"gave git v0.5.16's {len(supplied)} file(s) for a 3-way merge (objects only)"
         )
-    if git(fork.top, "var", "GIT_COMMITTER_IDENT").returncode != 0:
-        raise Refused(
-            f"git has no identity to commit with in {q(fork.top)}; set one (`{fork.cd} "
-            'git config user.name "Your Name" && git config user.email you@example.com`)'
-            ", then run this again"
-        )
-    created = list(dict.fromkeys(c for p in patches for c in p.created))
-    changed = [c for p in patches for c in p.changed if c not in created]
-    in_the_way, dirs = [], {fork.git_dir}
-    for path in created:
-        parts = Path(path).parts
-        for depth in range(1, len(parts) + 1):
-            here = fork.top.joinpath(*parts[:depth])
-            if here.is_dir() and not here.is_symlink() and depth < len(parts):
-                continue
-            rel = "/".join(parts[:depth])
-            if os.path.lexists(here) and rel not in in_the_way:
-                # A tracked one is a conflict, which the trial run names.
-                if not git(fork.top, "ls-files", "-z", "--", rel).stdout:
-                    in_the_way.append(rel)
-            dirs.add(here.parent)
-            break
-    if in_the_way:
-        raise Refused(
-            f"untracked files in {q(fork.top)} are where the series writes: "
-            f"{', '.join(in_the_way)}; move them out of the way (`{fork.cd} mv "
-            f"{q(in_the_way[0])} {q(in_the_way[0] + '.mine')}`), then run this again"
-        )
-    problems = []
-    for path in changed:
-        if (fork.top / path).is_file():
-            dirs.add((fork.top / path).parent)
-            if inode_flags(fork.top / path) & (FS_IMMUTABLE_FL | FS_APPEND_FL):
-                problems.append((path, "an immutable file", "chattr -i"))
-    for here in sorted(dirs):
-        rel = os.path.relpath(here, fork.top)
-        if not os.access(here, os.W_OK | os.X_OK):
-            problems.append((rel, "a read-only directory", "chmod u+w"))
-        elif inode_flags(here) & (FS_IMMUTABLE_FL | FS_APPEND_FL):
-            problems.append((rel, "an immutable directory", "chattr -i"))
-    if problems:
-        fix = " && ".join(f"{how} {q(path)}" for path, _, how in problems)
-        raise Refused(
-            f"git cannot write where the series writes in {q(fork.top)}: "
-            f"{', '.join(f'{path} ({what})' for path, what, _ in problems)}; allow "
-            f"it (`{fork.cd} {fix}`), then run this again"
-        )
+    return lacking
 
 
-def supply_bases(fork: Fork, patches: list) -> tuple:
-    """Write sglang v0.5.16's blobs that the series applies to and the fork
-    lacks into its object store. Returns (supplied, still missing) paths."""
-    produced = {b for p in patches for b in p.postimages}
-    wanted = {
-        b: f for p in patches for f, b in p.preimages.items() if b not in produced
-    }
-    if not wanted:
-        return [], []
-    check = git(fork.top, "cat-file", "--batch-check", input="\n".join(wanted) + "\n")
-    absent = [
-        wanted[line.split()[0]]
-        for line in check.stdout.splitlines()
-        if line.endswith(" missing")
-    ]
-    supplied, lacking = [], []
-    for path in absent:
-        release = PRISTINE / path.removeprefix("python/")
-        want = next(b for b, f in wanted.items() if f == path)
-        ours = path.startswith("python/sglang/") and release.is_file()
-        if ours and out(
-            fork.top, "hash-object", "--no-filters", str(release)
-        ).startswith(want):
-            out(fork.top, "hash-object", "-w", "--no-filters", str(release))
-            supplied.append(path)
-        else:
-            lacking.append(path)
-    return supplied, lacking
+def unmerged(fork, tree: Path) -> dict:  # the trial's conflicting files: why
+    stages, listing = {}, git(tree, "ls-files -u -z").stdout
+    for stage, path in re.findall(r"\S+ \S+ (\d)\t([^\0]*)", listing):
+        stages[path] = stages.get(path, "") + stage
+    why = {p: WHY.get(s, "conflict") for p, s in stages.items()}
+    for path in (p for p, s in stages.items() if s == "13"):
+        if not fork.git("rev-list -1", fork.head, "--", path).stdout:
+            why[path] = f"your fork has no {path}"
+    return why
 
 
-# ----------------------------------------------------------------- the trial
-
-
-@contextlib.contextmanager
-def temporary_worktree(fork: Fork, paths):
-    """A worktree of HEAD in a temporary directory, with only ``paths``
-    checked out: git am reads and writes no other file."""
+def trial(fork, paths, cmd: str, args: list, what: str, step_files) -> Record:
+    """`git cmd args` in a temporary worktree of HEAD, `paths` checked out; at a
+    conflict, note it (step_files), commit it as it is, go on; then refuse."""
     tmp = Path(tempfile.mkdtemp(prefix="sglang-backport-trial-"))
-    tree = tmp / "fork"
-    add_args = ["worktree", "add", "--detach", "--no-checkout", str(tree), fork.head]
-    add = git(fork.top, *HOOKS_OFF, *add_args)
+    tree, paths, conflicts, verb = tmp / "fork", set(paths), [], cmd.split()[0]
+    head = fork.head
     try:
-        if add.returncode != 0:
-            raise Refused(
-                f"could not make a temporary worktree of {q(fork.top)} for the trial "
-                f"run ({first_line(add.stderr)}); nothing was changed"
-            )
-        out(tree, "read-tree", "HEAD")
-        tracked = git(tree, "ls-files", "-z", "--", *paths).stdout.split("\0")
-        out(tree, "checkout-index", "-f", "--", *filter(None, tracked))
-        yield tree
+        out(fork.top, f"{HOOKS_OFF} worktree add --detach --no-checkout", tree, head)
+        out(tree, "read-tree HEAD")
+        tracked = set(out(tree, "ls-files -z").split("\0")) - {""}
+        skip = "".join(p + "\0" for p in tracked - paths)
+        out(tree, "update-index --skip-worktree -z --stdin", input=skip)
+        out(tree, "checkout-index -f --", *(tracked & paths))
+        git_dir = Path(out(tree, "rev-parse --absolute-git-dir"))
+        marks = [git_dir / "rebase-apply" / "next", git_dir / "REVERT_HEAD"]
+        run, log = git(tree, f"{CHORES_OFF} {cmd}", *args), ""
+        while run.returncode:
+            said, files = run.stdout + run.stderr, unmerged(fork, tree)
+            step = next((m.read_text().strip() for m in marks if m.is_file()), None)
+            no_base = re.search("lacking or useless|lacks necessary blobs", said)
+            if step is None or not (files or no_base):
+                where = f"{cmd} failed in a trial run in a temporary worktree"
+                why = "(a hook or a git setting of the fork?)"
+                raise Refused(f"git {where} {why}{NOTHING}; git said:{indented(said)}")
+            conflicts.append(step_files(step, files))
+            log += run.stdout
+            git(tree, "add -A --", *files) if files else None
+            resume = f"{verb} --{'continue' if files else 'skip'}"
+            run = git(tree, f"{CHORES_OFF} {HOOKS_OFF} {resume}")
+        head = Record(sha=out(tree, "rev-parse HEAD"), log=log + run.stdout)
     finally:
-        git(fork.top, "worktree", "remove", "--force", "--force", str(tree))
+        fork.git("worktree remove --force --force", tree)
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def unmerged(tree: Path) -> dict:
-    stages = {}
-    for entry in git(tree, "ls-files", "-u", "-z").stdout.split("\0"):
-        if "\t" in entry:
-            info, path = entry.split("\t", 1)
-            stages.setdefault(path, set()).add(info.split()[2])
-    kinds = {
-        frozenset("123"): "changed in your fork too",
-        frozenset("23"): "your fork already has a file there",
-        frozenset("13"): "deleted or moved in your fork",
-        frozenset("12"): "the series deletes it, your fork changed it",
-    }
-    return {p: kinds.get(frozenset(s), "conflict") for p, s in stages.items()}
-
-
-def trial_run(fork: Fork, patches: list, lacking: list) -> tuple:
-    """``git am -3`` of the patches on a temporary worktree of HEAD.
-
-    Returns (the resulting commit, names of patches merged 3-way), or refuses
-    naming every conflicting file of every patch."""
-    touched = dict.fromkeys(f for p in patches for f in p.changed + p.created)
-    with temporary_worktree(fork, touched) as tree:
-        am = git(tree, *CHORES_OFF, "am", "-3", *(str(p.path) for p in patches))
-        if am.returncode == 0:
-            merged = [
-                p.name
-                for p, log in zip(patches, am.stdout.split("Applying: ")[1:])
-                if "3-way merge" in log
-            ]
-            return out(tree, "rev-parse", "HEAD"), merged
-        conflicts, no_base, other = [], [], None
-        rebase_apply = (
-            Path(out(tree, "rev-parse", "--absolute-git-dir")) / "rebase-apply"
-        )
-        for _ in patches:
-            output = am.stdout + am.stderr
-            if not (rebase_apply / "next").is_file():
-                other = (patches[0], output)
-                break
-            failed = patches[int((rebase_apply / "next").read_text()) - 1]
-            files = unmerged(tree)
-            if files:
-                conflicts.append((failed, files))
-                git(tree, "add", "-A")
-                step = "--continue"
-            elif "lacking or useless" in output or "lacks necessary blobs" in output:
-                no_base.append((failed, [f for f in failed.preimages if f in lacking]))
-                step = "--skip"
-            else:
-                other = (failed, output)
-                break
-            am = git(tree, *CHORES_OFF, *HOOKS_OFF, "am", step)
-            if am.returncode == 0:
-                break
-    nothing = "; nothing was changed"
-    if other:
-        listing = "\n".join(f"    {line}" for line in other[1].strip().splitlines())
-        raise Refused(
-            f"git am -3 failed on {other[0].name} in a trial run on a temporary "
-            f"worktree of {q(fork.top)} (a hook or a git setting of the fork?)"
-            f"{nothing}; git said:\n{listing}"
-        )
-    reasons = []
+    for name, files in conflicts:
+        what += f" {name}: " + ", ".join(f"{f} ({why})" for f, why in files.items())
     if conflicts:
-        listing = "; ".join(
-            f"{p.name}: " + ", ".join(f"{f} ({why})" for f, why in files.items())
-            for p, files in conflicts
-        )
-        hand = " ".join(q(p.path) for p in patches)
-        reasons.append(
-            f"the series does not apply to {q(fork.top)}, not even with a 3-way "
-            f"merge: {listing}{nothing}; to merge it by hand: `{fork.cd} git am -3 "
-            f"{hand}`, fix the files, git add them, git am --continue (git am "
-            "--abort gives up)"
-        )
-    if no_base:
-        files = ", ".join(dict.fromkeys(f for _, fs in no_base for f in fs))
-        where = (
-            f"run `bash {q(SETUP)} --pristine-only` (it unpacks the release into "
-            f"{q(PRISTINE)})"
-            if not (PRISTINE / "sglang").is_dir()
-            else f"fetch them (`{fork.cd} git fetch {UPSTREAM_REPO} v0.5.16`)"
-        )
-        reasons.append(
-            f"a 3-way merge of {', '.join(p.name for p, _ in no_base)} needs sglang "
-            f"v0.5.16's version of {files or 'the files it changes'}, which the "
-            f"history of {q(fork.top)} lacks{nothing}; {where}, then run this again"
-        )
-    raise Refused("; and ".join(reasons))
+        hand = f"`{fork.cd} git {cmd} {' '.join(map(q, args))}`, fix the files"
+        hand += f", git add them, git {verb} --continue (or --abort)"
+        raise Refused(f"{what}{NOTHING}; to do it by hand: {hand}")
+    return head
 
 
-# ------------------------------------------------------------------ the real run
-
-
-class Snapshot(NamedTuple):
-    head: str
-    branch: str
-    index: str
-    status: str
-    stash: str
-
-
-def snapshot(fork: Fork) -> Snapshot:
-    return Snapshot(
-        git(fork.top, "rev-parse", "-q", "--verify", "HEAD").stdout.strip(),
-        git(fork.top, "symbolic-ref", "-q", "HEAD").stdout.strip(),
-        git(fork.top, "ls-files", "-s", "-z").stdout,
-        git(fork.top, "status", "--porcelain=v1", "-z", "-uall").stdout,
-        git(fork.top, "rev-parse", "-q", "--verify", "refs/stash").stdout.strip(),
-    )
-
-
-def fast_forward(fork: Fork, new_head: str, patches: list) -> None:
-    """Move the fork's branch, index and work tree to new_head, or restore."""
-    before = snapshot(fork)
-    if before.head != fork.head or before.branch != fork.branch:
-        raise Refused(f"HEAD of {q(fork.top)} moved while this ran; run this again")
-    index = Path(out(fork.top, "rev-parse", "--git-path", "index"))
-    index = index if index.is_absolute() else fork.top / index
-    saved_index = index.read_bytes() if index.exists() else None
-    new_paths = {}  # created path and its parents -> existed before
-    for path in (c for p in patches for c in p.created):
-        for parent in [Path(path), *Path(path).parents][:-1]:
-            new_paths.setdefault(parent, os.path.lexists(fork.top / parent))
-    message = (
-        f"apply_to_fork.py: {len(patches)} patch(es) of the draft ServerArgs backport"
-    )
-    git(fork.top, "update-index", "-q", "--refresh")
-    for args in (
-        ("read-tree", "-m", "-u", fork.head, new_head),
-        ("update-ref", "-m", message, fork.branch, new_head, fork.head),
-    ):
-        step = git(fork.top, *args)
-        if step.returncode != 0:
-            break
-    else:
-        git(fork.top, "update-ref", "ORIG_HEAD", fork.head)
-        return
-    # Restore: the branch, then the tracked files, then what the series added.
-    if git(fork.top, "rev-parse", fork.branch).stdout.strip() != fork.head:
-        git(fork.top, "update-ref", fork.branch, fork.head)
-    git(fork.top, "read-tree", "--reset", "-u", fork.head)
-    for path in sorted(new_paths, key=lambda p: len(p.parts), reverse=True):
-        here = fork.top / path
-        if not new_paths[path] and os.path.lexists(here):
-            with contextlib.suppress(OSError):
-                if here.is_dir() and not here.is_symlink():
-                    here.rmdir()
-                else:
-                    here.unlink()
-    if saved_index is not None:
-        index.write_bytes(saved_index)
-    after = snapshot(fork)
-    failure = (
-        f"writing the result into {q(fork.top)} failed "
-        f"(git {args[0]}: {first_line(step.stderr)})"
-    )
-    if after != before:
-        differ = [name for name, a, b in zip(Snapshot._fields, before, after) if a != b]
-        raise NotRestored(
-            f"{failure}, and it could not be restored as it was ({', '.join(differ)} "
-            f"differ); get back with `{fork.cd} git reset --hard {fork.head[:12]}`, "
-            "then remove the files of the series that git status lists as untracked"
-        )
-    raise Refused(
-        f"{failure}; it was restored as it was (HEAD {fork.head[:12]}, index and work "
-        "tree); nothing was changed; fix what git names, then run this again"
-    )
+def fast_forward(fork, head: Record, done: str) -> None:  # or restore the fork
+    views = ("rev-parse HEAD", "ls-files -s -z", "status --porcelain -z -uall")
+    before = [fork.git(view).stdout for view in views]
+    if before[0].strip() != fork.head:
+        raise Refused(f"HEAD of {fork.q} moved while this ran; run this again")
+    index = fork.top / out(fork.top, "rev-parse --git-path index")
+    saved = index.read_bytes() if index.exists() else None
+    added = fork.git("diff-tree -r -z --name-only --diff-filter=A", fork.head, head.sha)
+    added, top = [Path(a) for a in added.stdout.split("\0") if a], fork.top
+    created = {p: os.path.lexists(top / p) for a in added for p in [a, *a.parents]}
+    fork.git("update-index -q --refresh")
+    step = fork.git("read-tree -m -u", fork.head, head.sha)
+    if not step.returncode:
+        update = ("-m apply_to_fork.py", fork.branch, head.sha, fork.head)
+        step = fork.git("update-ref", *update)
+    if not step.returncode:
+        fork.git("update-ref ORIG_HEAD", fork.head)
+        undo = f"`{fork.cd} git reset --hard {fork.head[:12]}`"
+        say(f"{done} branch {fork.branch[11:]} of {fork.q} (undo: {undo}):")
+        log = fork.git("log --reverse --format=%h%x20%s", f"{fork.head}..")
+        return print(indented(log.stdout)[1:])
+    fork.git("update-ref", fork.branch, fork.head)  # restore the branch, the
+    fork.git("read-tree --reset -u", fork.head)  # files, then what git created
+    for path in sorted((p for p in created if not created[p]), reverse=True):
+        with contextlib.suppress(OSError):
+            os.rmdir(top / path) if (top / path).is_dir() else os.unlink(top / path)
+    index.write_bytes(saved) if saved is not None else None
+    failed = f"writing into {fork.q} failed (git {step.args[3]}:{indented(step.stderr)}"
+    if before != [fork.git(view).stdout for view in views]:
+        back = f"`{fork.cd} git reset --hard {fork.head[:12]}`"
+        raise NotRestored(f"{failed}), and it could not be restored; get back: {back}")
+    head = f"HEAD {fork.head[:12]}, index and work tree"
+    raise Refused(f"{failed}); it was restored as it was ({head}){NOTHING}")
 
 
 def apply(fork_arg: str) -> int:
@@ -755,58 +338,77 @@ def apply(fork_arg: str) -> int:
     patches = missing_patches(fork, series)
     if not patches:
         return 0
-    check_work_tree(fork, patches)
-    supplied, lacking = supply_bases(fork, patches)
-    if supplied:
-        say(
-            f"gave git sglang v0.5.16's version of {len(supplied)} file(s) the fork's "
-            "history lacks, for a 3-way merge (objects only: no ref, index or file "
-            "changed)"
-        )
-    new_head, merged = trial_run(fork, patches, lacking)
-    fast_forward(fork, new_head, patches)
-    log = ["log", "--reverse", "--format=%h %s", f"{fork.head}..HEAD"]
-    commits = git(fork.top, *log).stdout.strip()
-    branch = fork.branch.removeprefix("refs/heads/")
-    say(
-        f"applied {len(patches)} patch(es) to branch {branch} of {q(fork.top)}, "
-        f"one commit each (undo: `{fork.cd} git reset --hard {fork.head[:12]}`):"
-    )
-    for line in commits.splitlines():
-        print(f"    {line}")
+    lacking = supply_bases(fork, patches)
+    paths = [f for p in patches for f in p.changed + p.created]
+
+    def step_files(step, files):
+        patch = patches[int(step) - 1]
+        return patch.name, files or {f: WHY[""] for f in patch.pre if f in lacking}
+
+    what = f"the series does not apply to {fork.q}, not even with a 3-way merge"
+    setup = f"`bash {q(ROOT / 'scripts/dev/setup.sh')} --pristine-only`"
+    fetch = f"`{fork.cd} git fetch {UPSTREAM_REPO} v0.5.16`"
+    what += f" (for {WHY['']}: run {setup} or {fetch});" if lacking else ";"
+    head = trial(fork, paths, "am -3", [p.path for p in patches], what, step_files)
+    done = f"applied {len(patches)} of the {len(series)} patches, one commit each, to"
+    fast_forward(fork, head, done)
+    steps = zip(patches, head.log.split("Applying: ")[1:])
+    merged = ", ".join(p.name for p, step in steps if "3-way merge" in step)
     if merged:
-        say(
-            f"merged 3-way with your fork's changes: {', '.join(merged)}; review "
-            f"them (`{fork.cd} git log -p {fork.head[:12]}..`)"
-        )
-    tests = sorted(c for p in series for c in p.created if TEST_FILE.match(c))
+        review = f"`{fork.cd} git log -p {fork.head[:12]}..`"
+        say(f"merged 3-way with your fork's changes: {merged}; review them ({review})")
+    tests = sorted(q(c) for p in series for c in p.created if TEST_FILE.match(c))
     if tests:
-        say(
-            "run the shipped tests against the fork's own tree, in its Python "
-            "environment:"
-        )
-        print(
-            f"    {fork.cd} PYTHONPATH=python python3 -m pytest "
-            + " ".join(q(t) for t in tests)
-        )
+        say("run the shipped tests on the fork's own tree, in its Python environment:")
+        print(f"    {fork.cd} PYTHONPATH=python python3 -m pytest {' '.join(tests)}")
     return 0
 
 
-def main(argv: Optional[list] = None) -> int:
-    parser = argparse.ArgumentParser(
-        description="Apply this backport's patches/ to an SGLang v0.5.16 fork, one "
-        "commit per patch, or change nothing."
-    )
+def revert(fork_arg: str) -> int:
+    fork = locate_fork(fork_arg)
+    commits = [sha for sha, _ in backport_commits(fork)]
+    head, trailer = Record(sha=fork.head), f"`Backport-Of: {BACKPORT_OF}`"
+
+    def step_files(sha, files):
+        for f, why in files.items():
+            log = fork.git("log --format=%H%x20%h%x20%s", f"{sha}..HEAD", "--", f)
+            by = [c[41:] for c in log.stdout.splitlines() if c[:40] not in commits]
+            files[f] = f"{why}; changed since by {', '.join(by) or 'a merge'}"
+        return f"reverting {sha[:12]}", files
+
+    if commits:
+        paths = out(fork.top, "show -z --name-only --format=", *commits).split("\0")
+        what = f"this backport does not revert in {fork.q}, not even 3-way;"
+        head = trial(fork, paths, "revert --no-edit", commits, what, step_files)
+    left = texts_at(fork, head.sha, [f for f, _, _ in OURS + BUG_SITES])
+    gone = [f"no draft write in {w}" for f, c, w in BUG_SITES if c not in left[f]]
+    left = ", ".join(found(OURS, left) + gone * bool(commits))
+    if left:
+        where = f"after reverting {len(commits)} commit(s)" if commits else "in none"
+        find = f"`{fork.cd} git log {q('-S' + OURS[0][1])} -- {OURS[0][0]}`"
+        fix = f"this backport's fix ({left}) {where} of its commits with the trailer"
+        hand = f"squashed, or applied by hand; revert it by hand (find it: {find})"
+        raise Refused(f"{fork.q} has {fix} {trailer}: {hand}{NOTHING}")
+    if not commits:
+        why = f"no commit of this backport ({trailer}) that is not reverted"
+        return say(f"nothing to revert: {fork.q} has {why}; nothing to do") or 0
+    fast_forward(fork, head, f"reverted {len(commits)} commit(s), newest first, on")
+    again = f"(`python3 {q(TOOL)} {fork.q}`)"
+    say(f"merge upstream's release now, or apply patches/ again {again}")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("fork", help="the fork's git work tree (it has python/sglang/)")
+    what = "revert this backport's commits (its Backport-Of trailer) instead"
+    parser.add_argument("--revert", action="store_true", help=what)
     args = parser.parse_args(argv)
     try:
-        return apply(args.fork)
+        return (revert if args.revert else apply)(args.fork)
     except Refused as exc:
         print(f"apply: error: {exc}", file=sys.stderr)
-        return 1
-    except NotRestored as exc:
-        print(f"apply: error: {exc}", file=sys.stderr)
-        return 3
+        return exc.code
 
 
 if __name__ == "__main__":

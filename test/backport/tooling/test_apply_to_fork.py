@@ -1,18 +1,15 @@
-"""scripts/fork/apply_to_fork.py on real git forks: it applies patches/*.patch
-to an SGLang v0.5.16 fork, one commit per patch, or changes nothing.
+"""scripts/fork/apply_to_fork.py on real git forks: one test per case of its
+message table (README, "The apply tool"), and the way to v0.5.17.
 
-Every fork is a real git repository made from the untouched sglang 0.5.16
-package (.build/pristine/sglang) laid out as a fork (python/sglang/), with a
-stand-in for upstream's own tests under test/registered/unit/. The forks hold
-the package files that the series changes or the tool reads, byte for byte,
-which keeps a clone cheap; the two end-to-end tests (the commits of a clean
-fork, the shipped tests run in the patched fork) use the whole package. Each
-base is built once for the module and cloned for each test. A refusal must
-leave the fork byte-identical: HEAD, branch, index file, every file of the
-work tree (untracked and ignored ones too) and the stash are compared.
-
-Where a test needs a different series or no release copy, it runs a copy of
-the tool from a throwaway project directory (scripts/fork/ and patches/).
+A fork is a git repository of the untouched sglang 0.5.16 package
+(.build/pristine/sglang as python/sglang/, tag v0.5.16): the files the series
+changes or the tool reads, or the whole package where a test says `full`.
+patches/ is read at run time. A refusal must leave HEAD, branch, index file,
+every file of the work tree (untracked and ignored ones too), the stash and
+the worktrees as they were. The older revision comes from this repository's
+history (patches/ at OLD_REVISION, Backport-Revision 2); while patches/ is
+still Revision 2 itself, it is relabelled Revision 1 and one line it adds is
+changed, so that it stands for an older revision all the same.
 """
 
 import hashlib
@@ -24,563 +21,376 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import zipfile
 from pathlib import Path
 
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase
 
-register_cpu_ci(est_time=60, suite="stage-a-test-cpu")
+register_cpu_ci(est_time=90, suite="stage-a-test-cpu")
 
 ROOT = Path(__file__).resolve().parents[3]
 TOOL = ROOT / "scripts" / "fork" / "apply_to_fork.py"
 SERIES = sorted((ROOT / "patches").glob("*.patch"))
-PRISTINE = ROOT / ".build" / "pristine"
-UPSTREAM_STAND_IN = "test/registered/unit/spec/test_upstream_stand_in.py"
-SERVER_ARGS = "python/sglang/srt/server_args.py"
-SCHEDULER = "python/sglang/srt/managers/scheduler.py"
-RUNTIME_CONTEXT = "python/sglang/srt/runtime_context.py"
-EAGLE_WORKER = "python/sglang/srt/speculative/eagle_worker_v2.py"
-MULTI_LAYER_EAGLE = "python/sglang/srt/speculative/multi_layer_eagle_worker_v2.py"
-IDENTITY = ("-c", "user.name=Fork Maintainer", "-c", "user.email=fork@example.invalid")
+PRISTINE, WHEELS = ROOT / ".build" / "pristine", ROOT / ".build" / "wheels"
+OLD_REVISION = "1db19c3"  # this repository's patches/ of Backport-Revision 2
+REVISION = re.findall(r"^Backport-Revision: (\S+)$", SERIES[0].read_text(), re.M)[0]
+SRT = "python/sglang/srt/"
+SERVER_ARGS, SCHEDULER = SRT + "server_args.py", SRT + "managers/scheduler.py"
+RUNTIME_CONTEXT = SRT + "runtime_context.py"
+EAGLE, SPEC = SRT + "speculative/eagle_worker_v2.py", SRT + "speculative/"
+MULTI_LAYER = SPEC + "multi_layer_eagle_worker_v2.py"
+FOUR = [SCHEDULER, SPEC + "draft_worker_common.py", EAGLE]
+FOUR += [SPEC + "frozen_kv_mtp_worker_v2.py"]  # where a patched fork meets v0.5.17
 NOBODY = 65534
+_SHARED = {}
 
 
-def git_env(tmp):
-    """The caller's environment minus its git configuration and any git
-    repository above the test's temporary directory."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(
-        GIT_CONFIG_NOSYSTEM="1",
-        GIT_CONFIG_GLOBAL=os.devnull,
-        GIT_CEILING_DIRECTORIES=str(tmp),
-        GIT_OPTIONAL_LOCKS="0",
-        LC_ALL="C",
-    )
-    return env
+def created(patches):
+    pattern = r"^diff --git a/\S+ b/(\S+)\nnew file mode"
+    return [m for p in patches for m in re.findall(pattern, p.read_text(), re.M)]
 
 
-class Hunk:
-    """One hunk of a change to an existing file, in the file's old lines."""
-
-    def __init__(self, patch, path, old_start):
-        self.path, self.old_start, self.lines = path, old_start, []
-
-    def drift_line(self):
-        """0-based index of a line between the first two context lines: a note
-        there defeats a plain apply and merges 3-way."""
-        return self.old_start
-
-    def conflict_line(self):
-        """(0-based index, text) of a line whose change conflicts: the first
-        removed line, or the line after the first added block."""
-        number = self.old_start - 1
-        after_added = False
-        for line in self.lines:
-            if line.startswith("-"):
-                return number, line[1:]
-            if line.startswith("+"):
-                after_added = True
-                continue
-            if after_added:
-                return number, line[1:]
-            number += 1
-        raise AssertionError(f"hunk in {self.path} has nothing to conflict with")
-
-
-def hunks(patch):
-    found, path, new_file, current = [], None, False, None
-    for line in patch.read_text(encoding="utf-8").splitlines():
-        if line.startswith("diff --git "):
-            path, new_file, current = line.split(" b/", 1)[1], False, None
-        elif line.startswith("new file mode"):
-            new_file = True
-        elif line.startswith("@@ ") and not new_file:
-            current = Hunk(patch, path, int(re.match(r"@@ -(\d+)", line)[1]))
-            found.append(current)
-        elif (
-            current is not None
-            and line[:1] in (" ", "+", "-")
-            and not line.startswith(("--- a/", "+++ b/"))
-        ):
-            current.lines.append(line)
-    return found
-
-
-def created_paths(patches):
-    return [
-        m
-        for p in patches
-        for m in re.findall(
-            r"^diff --git a/\S+ b/(\S+)\nnew file mode",
-            p.read_text(encoding="utf-8"),
-            re.M,
-        )
-    ]
-
-
-def first_hunk(path, with_leading_context=True):
+def hunk_line(path, removing):
+    """(0-based line, text) of v0.5.16's path in the series' first hunk there:
+    a line a changed line would conflict with, or (removing=False) a place
+    between two context lines where a note defeats a plain apply."""
     for patch in SERIES:
-        for hunk in hunks(patch):
-            if hunk.path == path and (
-                not with_leading_context
-                or all(line.startswith(" ") for line in hunk.lines[:3])
+        for section in re.split(r"^(?=diff --git )", patch.read_text(), flags=re.M):
+            if not section.startswith(f"diff --git a/{path} "):
+                continue
+            for start, body in re.findall(
+                r"^@@ -(\d+).*\n((?:[ +-].*\n)*)", section, re.M
             ):
-                return hunk
+                lines, n, after_added = body.splitlines(), int(start) - 1, False
+                if not removing and all(line[0] == " " for line in lines[:3]):
+                    return int(start), None
+                for line in lines if removing else ():
+                    if line[0] == "-" or line[0] == " " and after_added:
+                        return n, line[1:]
+                    after_added |= line[0] == "+"
+                    n += line[0] != "+"
     raise AssertionError(f"the series has no suitable hunk in {path}")
 
 
 def chown_tree(top, uid):
     for dirpath, dirnames, filenames in os.walk(top):
-        os.lchown(dirpath, uid, uid)
-        for name in dirnames + filenames:
-            os.lchown(os.path.join(dirpath, name), uid, uid)
-
-
-_SHARED = {}
+        for name in [
+            dirpath,
+            *(os.path.join(dirpath, n) for n in dirnames + filenames),
+        ]:
+            os.lchown(name, uid, uid)
 
 
 def tearDownModule():
-    if "tmp" in _SHARED:
-        shutil.rmtree(_SHARED["tmp"], ignore_errors=True)
+    shutil.rmtree(_SHARED.get("tmp", "/nonexistent"), ignore_errors=True)
 
 
 class ForkCase(CustomTestCase):
-    """The base forks, made once for the module; each test clones one."""
-
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
         if not _SHARED:
             if not (PRISTINE / "sglang" / "srt" / "server_args.py").is_file():
                 raise RuntimeError(f"{PRISTINE} is missing; run scripts/dev/setup.sh")
-            if not SERIES:
-                raise RuntimeError(f"{ROOT / 'patches'} holds no patch")
             tmp = Path(tempfile.mkdtemp(prefix="apply-to-fork-"))
-            tmp.chmod(0o755)  # the read-only test runs the tool as another user
-            _SHARED.update(tmp=tmp, env=git_env(tmp))
-            _SHARED["base"] = cls._make_base(tmp / "base", cls._files_read())
-        cls.tmp, cls.env, cls.base = _SHARED["tmp"], _SHARED["env"], _SHARED["base"]
-        cls._count = 0
+            tmp.chmod(0o755)  # the read-only case runs the tool as another user
+            env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+            env.update(
+                GIT_CONFIG_NOSYSTEM="1",
+                GIT_CONFIG_GLOBAL=os.devnull,
+                GIT_OPTIONAL_LOCKS="0",
+            )
+            _SHARED.update(tmp=tmp, env={**env, "GIT_CEILING_DIRECTORIES": str(tmp)})
+            files = {"__init__.py", "version.py", "srt/model_executor/model_runner.py"}
+            for patch in SERIES:
+                files |= set(
+                    re.findall(
+                        r"^diff --git a/python/sglang/(\S+) b/", patch.read_text(), re.M
+                    )
+                )
+            _SHARED["base"] = cls.make_base(tmp / "base", files & cls.released())
+        cls.tmp, cls.env, cls.base, cls.count = (
+            _SHARED["tmp"],
+            _SHARED["env"],
+            _SHARED["base"],
+            0,
+        )
 
     @staticmethod
-    def _files_read():
-        """The package files that the series changes or the tool reads."""
-        files = {"__init__.py", "_version.py", "version.py"}
-        files.add("srt/model_executor/model_runner.py")  # upstream's later fix
-        for patch in SERIES:
-            text = patch.read_text(encoding="utf-8")
-            for path in re.findall(r"^diff --git a/python/sglang/(\S+) b/", text, re.M):
-                files.add(path)
-        return sorted(files)
+    def released():
+        return {
+            str(p.relative_to(PRISTINE / "sglang"))
+            for p in (PRISTINE / "sglang").rglob("*.py")
+        }
 
     @classmethod
-    def full_base(cls):
-        if "full" not in _SHARED:
-            _SHARED["full"] = cls._make_base(cls.tmp / "full")
-        return _SHARED["full"]
-
-    @classmethod
-    def _make_base(cls, path, files=None):
-        """A fork at v0.5.16: the wheel's package as python/sglang/, whole or
-        only ``files`` of it, byte for byte."""
+    def make_base(cls, path, files=None):
         package = path / "python" / "sglang"
         if files is None:
-            ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-            shutil.copytree(PRISTINE / "sglang", package, ignore=ignore)
+            shutil.copytree(
+                PRISTINE / "sglang",
+                package,
+                ignore=shutil.ignore_patterns("__pycache__"),
+            )
         for rel in files or ():
             (package / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(PRISTINE / "sglang" / rel, package / rel)
-        stand_in = path / UPSTREAM_STAND_IN
-        stand_in.parent.mkdir(parents=True)
-        stand_in.write_text(
-            "def test_upstream_stand_in():\n"
-            "    raise AssertionError('upstream stand-in: not a shipped test')\n",
-            encoding="utf-8",
-        )
         cls.git(path, "init", "-q", "-b", "main")
-        cls.git(path, "add", "-A")
-        cls.git(path, *IDENTITY, "commit", "-q", "-m", "sglang 0.5.16")
+        cls.commit_all(path, "sglang 0.5.16")
         cls.git(path, "tag", "v0.5.16")
         return path
 
-    # -- helpers -----------------------------------------------------------
+    @classmethod
+    def git(cls, cwd, *args, check=True):
+        run = subprocess.run(
+            ["git", *args], cwd=cwd, env=_SHARED["env"], capture_output=True, text=True
+        )
+        if check and run.returncode:
+            raise AssertionError(f"git {' '.join(args)} failed:\n{run.stderr}")
+        return run.stdout.strip()
 
     @classmethod
-    def git(cls, cwd, *args, check=True, env=None):
-        proc = subprocess.run(
-            ["git", *args],
-            cwd=cwd,
-            env={**_SHARED["env"], **(env or {})},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+    def commit_all(cls, fork, message):
+        cls.git(fork, "add", "-A")
+        ident = (
+            "-c",
+            "user.name=Fork Maintainer",
+            "-c",
+            "user.email=fork@example.invalid",
         )
-        if check and proc.returncode != 0:
-            raise AssertionError(f"git {' '.join(args)} failed:\n{proc.stderr}")
-        return proc.stdout.strip()
+        cls.git(fork, *ident, "commit", "-q", "--allow-empty", "-m", message)
 
     def clone(self, name=None, source=None, full=False):
-        type(self)._count += 1
-        fork = self.tmp / (name or f"{type(self).__name__}-{type(self)._count}")
+        type(self).count += 1
+        if full and "full" not in _SHARED:
+            _SHARED["full"] = self.make_base(self.tmp / "full")
+        fork = self.tmp / (name or f"{type(self).__name__}-{self.count}")
         fork.parent.mkdir(parents=True, exist_ok=True)
-        source = source or (self.full_base() if full else self.base)
+        source = source or _SHARED["full" if full else "base"]
         self.git(self.tmp, "clone", "-q", "--shared", str(source), str(fork))
         self.addCleanup(shutil.rmtree, fork, ignore_errors=True)
         self.git(fork, "config", "user.name", "Fork Maintainer")
         self.git(fork, "config", "user.email", "fork@example.invalid")
         return fork
 
-    def apply(self, fork, tool=TOOL, env=None, user=None):
-        command = [sys.executable, str(tool), str(fork)]
+    def tool(self, fork, *flags, tool=TOOL, env=None, user=None):
+        command = [sys.executable, str(tool), *flags, str(fork)]
         if user is not None:
-            ids = [f"--reuid={user}", f"--regid={user}", "--clear-groups"]
-            command = ["setpriv", *ids, *command]
-        return subprocess.run(
-            command,
-            env={**self.env, **(env or {})},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+            command = [
+                "setpriv",
+                f"--reuid={user}",
+                f"--regid={user}",
+                "--clear-groups",
+                *command,
+            ]
+        env = {**self.env, **(env or {})}
+        return subprocess.run(command, env=env, capture_output=True, text=True)
 
     def project(self, patches=SERIES, pristine=True):
-        """A throwaway copy of this project: the tool, patches/, and the
-        release copy (.build/pristine) unless told not to."""
-        type(self)._count += 1
-        root = self.tmp / f"project-{type(self).__name__}-{type(self)._count}"
+        """A throwaway copy of this project: the tool, these patches, and the
+        release copy unless told not to."""
+        type(self).count += 1
+        root = self.tmp / f"project-{self.count}"
         (root / "scripts" / "fork").mkdir(parents=True)
-        shutil.copy2(TOOL, root / "scripts" / "fork" / TOOL.name)
+        shutil.copy2(TOOL, root / "scripts" / "fork")
         (root / "patches").mkdir()
         for patch in patches:
-            shutil.copy2(patch, root / "patches" / Path(patch).name)
+            shutil.copy2(patch, root / "patches")
         if pristine:
             (root / ".build").mkdir()
             (root / ".build" / "pristine").symlink_to(PRISTINE)
-        self.addCleanup(shutil.rmtree, root, ignore_errors=True)
         return root / "scripts" / "fork" / TOOL.name
 
     def state(self, fork):
-        """Everything a refusal must leave as it was."""
         files = {}
         for dirpath, dirnames, filenames in os.walk(fork):
-            if dirpath == str(fork):
-                dirnames[:] = [d for d in dirnames if d != ".git"]
-            for name in dirnames + filenames:
-                path = Path(dirpath, name)
-                info = path.lstat()
-                if path.is_symlink():
-                    content = os.readlink(path)
-                elif path.is_file():
-                    content = hashlib.sha1(path.read_bytes()).hexdigest()
-                else:
-                    content = None
-                files[str(path.relative_to(fork))] = (info.st_mode, content)
-        index = Path(self.git(fork, "rev-parse", "--git-path", "index"))
-        index = index if index.is_absolute() else fork / index
-        return dict(
-            head=self.git(fork, "rev-parse", "-q", "--verify", "HEAD", check=False),
-            branch=self.git(fork, "symbolic-ref", "-q", "HEAD", check=False),
-            index=hashlib.sha1(index.read_bytes()).hexdigest(),
-            stash=self.git(fork, "stash", "list", "--format=%H %s"),
-            status=self.git(fork, "status", "--porcelain", "-uall", "--ignored"),
-            worktrees=self.git(fork, "worktree", "list", "--porcelain"),
-            files=files,
+            dirnames[:] = [d for d in dirnames if d != ".git" or dirpath != str(fork)]
+            for path in (Path(dirpath, n) for n in dirnames + filenames):
+                body = (
+                    path.read_bytes()
+                    if path.is_file() and not path.is_symlink()
+                    else None
+                )
+                files[str(path)] = (
+                    path.lstat().st_mode,
+                    body and hashlib.sha1(body).digest(),
+                )
+        views = (
+            "rev-parse HEAD",
+            "symbolic-ref -q HEAD",
+            "stash list",
+            "worktree list",
         )
+        views += ("status --porcelain -uall --ignored",)
+        index = fork / self.git(fork, "rev-parse", "--git-path", "index")
+        state = [self.git(fork, *view.split(), check=False) for view in views]
+        return state + [index.read_bytes() if index.exists() else None, files]
 
-    def commit_all(self, fork, message):
-        self.git(fork, "add", "-A")
-        self.git(fork, *IDENTITY, "commit", "-q", "-m", message)
-
-    def edit_line(self, fork, path, index, new_text=None, insert=None):
-        target = fork / path
-        lines = target.read_text(encoding="utf-8").splitlines(keepends=True)
-        if insert is not None:
-            indent = re.match(r"[ \t]*", lines[index])[0]
-            lines.insert(index, f"{indent}{insert}\n")
-        else:
-            lines[index] = new_text + "\n"
-        target.write_text("".join(lines), encoding="utf-8")
-
-    def drift(self, fork, path, note="# fork: a local note near the backport"):
-        self.edit_line(fork, path, first_hunk(path).drift_line(), insert=note)
-
-    def conflict(self, fork, path):
-        index, text = first_hunk(path, with_leading_context=False).conflict_line()
-        self.edit_line(fork, path, index, text + "  # fork: our own change")
-
-    def assert_refused_untouched(self, proc, before, fork, *needles):
-        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
-        self.assertTrue(proc.stderr.startswith("apply: error: "), proc.stderr)
-        self.assertNotIn("Traceback", proc.stderr)
+    def refuses(self, fork, *needles, flags=(), **tool_args):
+        before = self.state(fork)
+        run = self.tool(fork, *flags, **tool_args)
+        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+        self.assertTrue(run.stderr.startswith("apply: error: "), run.stderr)
         for needle in needles:
-            self.assertIn(needle, proc.stderr)
+            self.assertIn(needle, run.stderr)
+        self.assertEqual(self.state(fork), before)
+        return run
+
+    def leaves_alone(self, fork, *needles, flags=()):
+        before = self.state(fork)
+        run = self.tool(fork, *flags)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        for needle in ("; nothing to do",) + needles:
+            self.assertIn(needle, run.stdout)
         self.assertEqual(self.state(fork), before)
 
-    def assert_nothing_to_do(self, proc, before, fork, *needles):
-        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
-        self.assertIn("; nothing to do", proc.stdout)
-        for needle in needles:
-            self.assertIn(needle, proc.stdout)
-        self.assertEqual(self.state(fork), before)
-
-    def refuses(self, fork, *needles, **apply_args):
-        """Runs the tool, which must refuse saying ``needles`` and leave the
-        fork as it was; returns the run."""
-        before = self.state(fork)
-        proc = self.apply(fork, **apply_args)
-        self.assert_refused_untouched(proc, before, fork, *needles)
-        return proc
-
-    def leaves_alone(self, fork, *needles):
-        """Runs the tool, which must find nothing to do, saying ``needles``."""
-        before = self.state(fork)
-        proc = self.apply(fork)
-        self.assert_nothing_to_do(proc, before, fork, *needles)
-        return proc
-
-    def assert_applied(self, proc, fork, count=len(SERIES)):
-        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
-        self.assertIn(f"apply: applied {count} patch(es)", proc.stdout)
+    def assert_done(
+        self, run, fork, needle=f"applied {len(SERIES)} of the {len(SERIES)} patches"
+    ):
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.assertIn(f"apply: {needle}", run.stdout)
         self.assertEqual(self.git(fork, "status", "--porcelain", "-uno"), "")
         self.assertEqual(len(self.git(fork, "worktree", "list").splitlines()), 1)
 
-    def printed_command(self, text, starts_with):
-        """The `...` command of a message (or an indented output line)."""
-        for candidate in re.findall(r"`([^`]+)`", text) + [
-            line.strip() for line in text.splitlines() if line.startswith("    ")
-        ]:
-            if candidate.startswith(starts_with):
-                return candidate
-        self.fail(f"no command starting {starts_with!r} in:\n{text}")
+    def edit(self, fork, path, index, text=None, note="# fork: a local note"):
+        lines = (fork / path).read_text().splitlines(keepends=True)
+        if text is None:
+            lines.insert(index, re.match(r"[ \t]*", lines[index])[0] + note + "\n")
+        else:
+            lines[index] = f"{text}  # fork: our own change\n"
+        (fork / path).write_text("".join(lines))
 
-    def run_printed(self, command, env=None):
-        return subprocess.run(
-            ["bash", "-c", command],
-            env={**self.env, **(env or {})},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+    def printed(self, text, start):
+        lines = [line.strip() for line in text.splitlines() if line.startswith("    ")]
+        for command in re.findall(r"`([^`]+)`", text) + lines:
+            if command.startswith(start):
+                return subprocess.run(
+                    ["bash", "-c", command],
+                    env=self.env,
+                    capture_output=True,
+                    text=True,
+                )
+        self.fail(f"no command starting {start!r} in:\n{text}")
 
-
-class TestApplyingTheSeries(ForkCase):
-    def test_a_clean_fork_gets_the_commits_that_plain_git_am_makes(self):
-        fork = self.clone(full=True)
-        self.git(fork, "switch", "-q", "-c", "my-fork")
-        start = self.git(fork, "rev-parse", "HEAD")
-
-        proc = self.apply(fork)
-
-        self.assert_applied(proc, fork)
-        self.assertEqual(self.git(fork, "symbolic-ref", "--short", "HEAD"), "my-fork")
-        self.assertEqual(self.git(fork, "rev-parse", f"HEAD~{len(SERIES)}"), start)
-        self.assertEqual(self.git(fork, "rev-parse", "ORIG_HEAD"), start)
-        by_hand = self.clone(full=True)
-        self.git(by_hand, "am", "-q", *map(str, SERIES))
-        log = ["log", "--format=%an <%ae>%n%B", f"{start}..HEAD"]
-        self.assertEqual(self.git(fork, *log), self.git(by_hand, *log))
-        self.assertEqual(
-            self.git(fork, "rev-parse", "HEAD^{tree}"),
-            self.git(by_hand, "rev-parse", "HEAD^{tree}"),
-        )
-        self.assertIn(f"git reset --hard {start[:12]}", proc.stdout)
-
-    def test_applying_twice_says_already_patched_and_changes_nothing(self):
-        fork = self.clone()
-        self.assertEqual(self.apply(fork).returncode, 0)
-        self.leaves_alone(fork, "already patched", "has every patch of this backport")
-
-    def test_a_fork_with_its_own_release_tags_and_version_still_gets_the_fix(self):
-        fork = self.clone()
-        version = fork / "python/sglang/_version.py"
-        version.write_text(
-            version.read_text(encoding="utf-8").replace("0.5.16", "1.0.0"),
-            encoding="utf-8",
-        )
-        self.commit_all(fork, "release 1.0.0 of our fork")
-        self.git(fork, "tag", "v1.0.0")
-        self.git(fork, "tag", "-a", "v0.6.0", "-m", "our 0.6.0")
-
-        proc = self.apply(fork)
-
-        self.assert_applied(proc, fork)
-        self.assertNotIn("already", proc.stdout)
-        text = (fork / SERVER_ARGS).read_text(encoding="utf-8")
-        self.assertIn("def draft_server_args_copy(", text)
-
-    def test_a_fork_that_drifted_near_the_hunks_gets_a_3way_merge(self):
-        fork = self.clone()
-        self.drift(fork, SCHEDULER)
-        self.commit_all(fork, "fork: a note near the backport")
-        plain = subprocess.run(
-            ["git", "apply", "--check", *map(str, SERIES)],
-            cwd=fork,
-            env=self.env,
-            capture_output=True,
-        )
-        self.assertNotEqual(plain.returncode, 0, "the drift must defeat a plain apply")
-
-        proc = self.apply(fork)
-
-        self.assert_applied(proc, fork)
-        self.assertIn("merged 3-way with your fork's changes", proc.stdout)
-        merged = (fork / SCHEDULER).read_text(encoding="utf-8")
-        self.assertIn("# fork: a local note near the backport", merged)
-        self.assertIn("draft_server_args_copy(", merged)
-        self.leaves_alone(
-            fork, "has every patch of this backport", "; merged with your changes: "
-        )
-
-    def _imported_fork(self):
-        """A fork imported without upstream history: its server_args.py and
-        multi_layer_eagle_worker_v2.py drifted, so their v0.5.16 versions are
-        on no branch and in no object of the fork."""
+    def imported(self, without=()):
+        """A fork imported without upstream history, its server_args.py and
+        multi_layer_eagle_worker_v2.py drifted: the history lacks their v0.5.16
+        blobs. `without`: files it never had."""
         fork = self.clone()
         shutil.rmtree(fork / ".git")
         self.git(fork, "init", "-q", "-b", "main")
         self.git(fork, "config", "user.name", "Fork Maintainer")
         self.git(fork, "config", "user.email", "fork@example.invalid")
-        self.drift(fork, SERVER_ARGS, "# fork: imported without upstream history")
-        self.drift(fork, MULTI_LAYER_EAGLE, "# fork: imported without upstream history")
+        for path in (SERVER_ARGS, MULTI_LAYER):
+            self.edit(fork, path, hunk_line(path, False)[0], note="# fork: imported")
+        for path in without:
+            (fork / path).unlink()
         self.commit_all(fork, "fork: imported")
         return fork
 
-    def test_a_fork_whose_history_lacks_the_release_files_still_merges_3way(self):
-        fork = self._imported_fork()
-        by_hand = self.clone(source=fork)
+    def older_series(self):
+        """patches/ of another, older Backport-Revision (see the docstring)."""
+        listing = self.git(
+            ROOT, "ls-tree", "--name-only", OLD_REVISION, "patches/", check=False
+        )
+        if not listing:
+            self.skipTest(
+                f"needs this repository's history ({OLD_REVISION}); clone it whole"
+            )
+        folder = Path(tempfile.mkdtemp(dir=self.tmp))
+        for name in filter(lambda n: n.endswith(".patch"), listing.splitlines()):
+            text = self.git(ROOT, "show", f"{OLD_REVISION}:{name}") + "\n"
+            if REVISION == "2":
+                text = text.replace("Backport-Revision: 2", "Backport-Revision: 1")
+                text = re.sub(r'(?m)^(\+\s+""".+)$', r"\1 (older)", text, count=1)
+            (folder / Path(name).name).write_text(text)
+        return sorted(folder.glob("*.patch"))
+
+
+class TestApply(ForkCase):
+    def test_applied_as_git_am_does_and_the_printed_tests_pass(self):
+        fork, by_hand = self.clone(full=True), self.clone(full=True)
+        self.git(fork, "switch", "-q", "-c", "my-fork")
+        start = self.git(fork, "rev-parse", "HEAD")
+        run = self.tool(fork)
+        self.assert_done(run, fork)
+        self.assertEqual(self.git(fork, "symbolic-ref", "--short", "HEAD"), "my-fork")
+        self.assertEqual(self.git(fork, "rev-parse", "ORIG_HEAD"), start)
+        self.assertIn(f"git reset --hard {start[:12]}", run.stdout)
+        self.git(by_hand, "am", "-q", *map(str, SERIES))
+        for args in (
+            ["log", "--format=%an %ae %B", f"{start}.."],
+            ["rev-parse", "HEAD^{tree}"],
+        ):
+            self.assertEqual(self.git(fork, *args), self.git(by_hand, *args))
+        env = {
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        self.env = {
+            **{k: v for k, v in self.env.items() if not k.startswith("PYTEST_")},
+            **env,
+        }
+        tests = self.printed(
+            run.stdout, f"cd {fork} && PYTHONPATH=python python3 -m pytest"
+        )
+        self.assertRegex(tests.stdout, r"\d+ passed", tests.stdout[-3000:])
+        for path in created(SERIES):
+            self.assertEqual(
+                path.startswith("test/registered/") and "/test_" in path,
+                path in run.stdout,
+            )
+        where = run.stdout.replace(
+            "-m pytest", "-c 'import sglang; print(sglang.__file__)' #"
+        )
+        where = self.printed(where, f"cd {fork} && PYTHONPATH=python python3 -c")
+        self.assertEqual(where.stdout.strip(), str(fork / "python/sglang/__init__.py"))
+
+    def test_twice_is_already_patched_and_a_forks_own_tags_do_not_count(self):
+        fork = self.clone()
+        (fork / "python/sglang/version.py").write_text('__version__ = "1.0.0"\n')
+        self.commit_all(fork, "release 1.0.0 of our fork")
+        self.git(fork, "tag", "v1.0.0")
+        self.assertNotIn("already", self.tool(fork).stdout)
+        self.leaves_alone(fork, "already patched", "has every patch of this backport")
+
+    def test_a_drifted_fork_is_merged_3way(self):
+        fork = self.clone()
+        self.edit(fork, SCHEDULER, hunk_line(SCHEDULER, False)[0])
+        self.commit_all(fork, "fork: a note near the backport")
+        run = self.tool(fork)
+        self.assert_done(run, fork)
+        self.assertIn("merged 3-way with your fork's changes", run.stdout)
+        self.assertIn("# fork: a local note", (fork / SCHEDULER).read_text())
+        self.leaves_alone(fork, "every patch", "; merged with your changes: ")
+
+    def test_the_release_gives_the_bases_a_history_lacks(self):
+        fork = self.imported()
         am = subprocess.run(
             ["git", "am", "-3", *map(str, SERIES)],
-            cwd=by_hand,
+            cwd=self.clone(source=fork),
             env=self.env,
             capture_output=True,
             text=True,
         )
-        self.assertNotEqual(am.returncode, 0, "plain git am -3 must lack the base")
         self.assertRegex(am.stderr, "lacking or useless|lacks necessary blobs")
-        head = self.git(fork, "rev-parse", "HEAD")
+        run = self.tool(fork)
+        self.assert_done(run, fork)
+        self.assertIn("gave git v0.5.16's 2 file(s) for a 3-way merge", run.stdout)
+        self.assertIn("# fork: imported", (fork / SERVER_ARGS).read_text())
 
-        proc = self.apply(fork)
-
-        self.assert_applied(proc, fork)
-        self.assertIn("gave git sglang v0.5.16's version of 2 file(s)", proc.stdout)
-        self.assertIn("merged 3-way", proc.stdout)
-        self.assertEqual(self.git(fork, "rev-parse", f"HEAD~{len(SERIES)}"), head)
-        for path in (SERVER_ARGS, MULTI_LAYER_EAGLE):
-            self.assertIn("# fork: imported", (fork / path).read_text(encoding="utf-8"))
-
-    def test_without_the_release_copy_the_missing_bases_are_named_with_the_fix(self):
-        fork = self._imported_fork()
+    def test_without_the_release_the_missing_bases_are_named(self):
         tool = self.project(pristine=False)
+        setup = shlex.quote(str(tool.parents[2] / "scripts/dev/setup.sh"))
         self.refuses(
-            fork,
-            f"needs sglang v0.5.16's version of {SERVER_ARGS}, {MULTI_LAYER_EAGLE}",
-            "lacks; nothing was changed",
-            f"run `bash {shlex.quote(str(tool.parents[2] / 'scripts/dev/setup.sh'))}"
-            " --pristine-only`",
+            self.imported(),
+            f"{SERVER_ARGS} (no v0.5.16 base), {MULTI_LAYER} (no v0.5.16 base)",
+            f"run `bash {setup} --pristine-only`",
             tool=tool,
         )
 
-    def test_the_printed_test_command_runs_only_the_shipped_tests_and_they_pass(self):
-        shipped = [p for p in created_paths(SERIES) if p.startswith("test/registered/")]
-        if not shipped:
-            self.skipTest("the series ships no tests")
-        fork = self.clone(full=True)
-        proc = self.apply(fork)
-        self.assert_applied(proc, fork)
-        command = self.printed_command(
-            proc.stdout, f"cd {shlex.quote(str(fork))} && PYTHONPATH=python python3"
-        )
-        for path in shipped:
-            if path.rsplit("/", 1)[-1].startswith("test_"):
-                self.assertIn(path, command)
-        self.assertNotIn(UPSTREAM_STAND_IN, command)
-        env = {k: v for k, v in self.env.items() if not k.startswith("PYTEST_")}
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
-
-        run = subprocess.run(
-            ["bash", "-c", command + " -q -p no:cacheprovider"],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-
-        self.assertEqual(run.returncode, 0, run.stdout[-6000:])
-        self.assertRegex(run.stdout, r"\d+ passed")
-        self.assertNotIn("upstream stand-in", run.stdout)
-        # The same prefix makes Python import the fork's sglang, not this venv's.
-        prefix = command.split(" python3 -m pytest ")[0]
-        where = subprocess.run(
-            [
-                "bash",
-                "-c",
-                prefix + " python3 -c 'import sglang; print(sglang.__file__)'",
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.assertEqual(
-            Path(where.stdout.strip()), fork / "python" / "sglang" / "__init__.py"
-        )
-
-    def test_an_upstream_fix_is_recognised_from_its_code_and_left_alone(self):
-        for path, code, evidence in (
-            (
-                "python/sglang/srt/speculative/draft_worker_common.py",
-                "def draft_server_args_copy(server_args: ServerArgs, "
-                "target_model_config) -> ServerArgs:\n    return server_args.derive("
-                '"draft_worker.copy")\n',
-                "v0.5.17's draft_server_args_copy()",
-            ),
-            (
-                "python/sglang/srt/model_executor/model_runner.py",
-                "def _resolve_draft_load_format(self) -> str | None:\n    return None\n",
-                "ModelRunner._resolve_draft_load_format",
-            ),
-        ):
-            with self.subTest(evidence=evidence):
-                fork = self.clone()
-                with (fork / path).open("a", encoding="utf-8") as f:
-                    f.write("\n\n" + code)
-                self.commit_all(fork, "upstream: its own fix")
-                self.leaves_alone(fork, "already fixed upstream", evidence)
-
-
-class TestWhatTheForkAlreadyHas(ForkCase):
-    def test_a_partial_backport_is_refused_with_what_it_lacks(self):
-        fork = self.clone()
-        spec = next(p for p in SERIES if "draft_server_args_copy(" in p.read_text())
-        self.git(fork, "apply", f"--include={SERVER_ARGS}", str(spec))
-        self.commit_all(fork, "fork: take draft_server_args_copy only")
-        helper_commit = self.git(fork, "rev-parse", "--short", "HEAD")
-        proc = self.refuses(
-            fork,
-            "has part of this backport, not all of it: it has draft_server_args_copy()",
-            "it lacks RuntimeContext.scoped_server_args(), " + SERIES[0].name,
-            "it still has the draft load-format write in scheduler.py",
-            "the context-length write in eagle_worker_v2.py",
-            "nothing was changed",
-        )
-        find = self.run_printed(self.printed_command(proc.stderr, "cd "))
-        self.assertEqual(find.returncode, 0, find.stderr)
-        self.assertIn(helper_commit, find.stdout)
-
-    def test_the_whole_fix_in_another_revision_is_left_alone(self):
-        fork = self.clone()
-        self.assertEqual(self.apply(fork).returncode, 0)
-        path = fork / SERVER_ARGS
-        text = path.read_text(encoding="utf-8")
-        docstring = re.search(r"def draft_server_args_copy\(.*\n\s+\"\"\"(.*)\n", text)
-        path.write_text(text.replace(docstring[1], "Our own revision."), "utf-8")
-        self.commit_all(fork, "fork: our own revision of the backport")
-
-        self.leaves_alone(fork, "already patched", "in another revision than")
-
-    def test_a_fork_with_the_first_patches_gets_only_the_rest(self):
-        # One patch, and every patch but the last (an earlier, shorter series),
-        # also merged 3-way into a fork that drifted.
+    def test_the_first_patches_present_get_the_rest(self):
         for count, drifted in (
             (1, False),
             (len(SERIES) - 1, False),
@@ -589,306 +399,431 @@ class TestWhatTheForkAlreadyHas(ForkCase):
             with self.subTest(present=count, drifted=drifted):
                 fork = self.clone()
                 if drifted:
-                    self.drift(fork, SCHEDULER)
-                    self.commit_all(fork, "fork: a note near the backport")
+                    self.edit(fork, SCHEDULER, hunk_line(SCHEDULER, False)[0])
+                    self.commit_all(fork, "fork: a note")
                 self.git(fork, "am", "-q", "-3", *map(str, SERIES[:count]))
-                head = self.git(fork, "rev-parse", "HEAD")
+                run = self.tool(fork)
+                rest = f"applied {len(SERIES) - count} of the {len(SERIES)} patches"
+                self.assert_done(run, fork, rest)
+                for patch in SERIES[count:]:
+                    self.assertIn(
+                        patch.read_text()
+                        .split("Subject: [PATCH")[1]
+                        .split("] ")[1][:40],
+                        run.stdout,
+                    )
 
-                proc = self.apply(fork)
+    def test_upstreams_fix_is_recognised_from_its_code(self):
+        for path, code, evidence in (
+            (
+                SPEC + "draft_worker_common.py",
+                "def draft_server_args_copy(sa, cfg):\n    return sa\n",
+                "draft_server_args_copy() in speculative/draft_worker_common.py",
+            ),
+            (
+                SRT + "model_executor/model_runner.py",
+                "def _resolve_draft_load_format(self):\n    pass\n",
+                "_resolve_draft_load_format() in model_executor/model_runner.py",
+            ),
+        ):
+            with self.subTest(evidence=evidence):
+                fork = self.clone()
+                with (fork / path).open("a") as f:
+                    f.write("\n\n" + code)
+                self.commit_all(fork, "upstream: its own fix")
+                self.leaves_alone(fork, "already fixed upstream", evidence)
 
-                self.assert_applied(proc, fork, count=len(SERIES) - count)
-                names = ", ".join(p.name for p in SERIES[:count])
-                self.assertIn(f"already has {names}; applying the rest", proc.stdout)
-                rest = len(SERIES) - count
-                self.assertEqual(self.git(fork, "rev-parse", f"HEAD~{rest}"), head)
-                again = self.apply(fork)
-                self.assertIn("has every patch of this backport", again.stdout)
+    def test_the_fix_in_another_revision_is_left_alone_not_called_partial(self):
+        # Edited after applying; and the older revision squashed, no trailers.
+        edited, squashed = self.clone(), self.clone()
+        self.tool(edited)
+        text = (edited / SERVER_ARGS).read_text()
+        doc = re.search(r"def draft_server_args_copy\(.*\n\s+\"\"\"(.*)\n", text)[1]
+        (edited / SERVER_ARGS).write_text(text.replace(doc, "Our own revision."))
+        self.commit_all(edited, "fork: our own revision of the backport")
+        for patch in self.older_series():
+            self.git(squashed, "apply", "--index", str(patch))
+        self.commit_all(squashed, "fork: the draft ServerArgs fix, squashed")
+        for fork in (edited, squashed):
+            with self.subTest(fork=fork.name):
+                self.leaves_alone(fork, "already patched", "in another revision than")
+
+    def test_an_older_revision_is_told_to_revert_then_apply(self):
+        fork, fresh = self.clone(), self.clone()
+        self.git(fork, "am", "-q", *map(str, self.older_series()))
+        run = self.refuses(
+            fork,
+            "has Backport-Revision ",
+            f"patches/ Revision {REVISION}; revert it (`python3 ",
+        )
+        self.assertEqual(self.printed(run.stderr, "python3 ").returncode, 0)
+        self.assert_done(self.tool(fork), fork)
+        self.tool(fresh)
+        self.assertEqual(
+            self.git(fork, "rev-parse", "HEAD^{tree}"),
+            self.git(fresh, "rev-parse", "HEAD^{tree}"),
+        )
+
+    def test_a_partial_backport_is_refused_with_what_it_lacks(self):
+        fork = self.clone()
+        spec = next(p for p in SERIES if "def draft_server_args_copy(" in p.read_text())
+        self.git(fork, "apply", f"--include={SERVER_ARGS}", str(spec))
+        self.commit_all(fork, "fork: take draft_server_args_copy only")
+        run = self.refuses(
+            fork,
+            "part of this backport: it has draft_server_args_copy()",
+            "it lacks scoped_server_args(), " + SERIES[0].name,
+            "draft writes in scheduler.py, eagle_worker_v2.py",
+        )
+        self.assertIn(
+            self.git(fork, "rev-parse", "--short", "HEAD"),
+            self.printed(run.stderr, "cd ").stdout,
+        )
 
     def test_patches_that_are_not_this_backports_series_are_refused(self):
-        fork = self.clone()
         other = Path(tempfile.mkdtemp(dir=self.tmp))
         self.git(other, "init", "-q")
-        (other / "README.md").write_text("another project\n", encoding="utf-8")
+        (other / "README.md").write_text("another project\n")
         self.commit_all(other, "docs: an unrelated change")
-        self.git(other, "format-patch", "-q", "-1", "-o", str(other / "out"))
-        unrelated = next((other / "out").glob("*.patch"))
-        not_a_patch = other / "0001-notes.patch"
-        not_a_patch.write_text("just some notes\n", encoding="utf-8")
+        unrelated = Path(
+            self.git(other, "format-patch", "-1", "--root", "-o", str(other))
+        )
+        (other / "0001-notes.patch").write_text("just some notes\n")
         for patches, needle in (
-            ([unrelated], "are not this backport's series"),
-            ([*SERIES, not_a_patch], "is not a patch from git format-patch"),
+            ([unrelated], "are not this backport's"),
+            (
+                [*SERIES, other / "0001-notes.patch"],
+                "is not a patch from git format-patch",
+            ),
             ([], "holds no *.patch file"),
         ):
             with self.subTest(needle=needle):
-                tool = self.project(patches)
-                self.refuses(fork, needle, "checkout -- patches", tool=tool)
-
-
-class TestNothingHalfDone(ForkCase):
-    def test_an_untracked_file_where_the_series_needs_a_folder_is_refused(self):
-        fork = self.clone()
-        for path in created_paths(SERIES):
-            parts = Path(path).parts
-            missing = [
-                d
-                for d in range(1, len(parts))
-                if not (fork.joinpath(*parts[:d])).exists()
-            ]
-            if missing:
-                folder = "/".join(parts[: missing[0]])
-                break
-        else:
-            self.fail("the series creates no file in a new folder")
-        (fork / folder).write_text("mine\n", encoding="utf-8")
-        self.refuses(
-            fork,
-            "untracked files",
-            f"are where the series writes: {folder}",
-            f"mv {folder} {folder}.mine",
-        )
-
-    def test_an_untracked_file_where_the_series_creates_one_is_refused(self):
-        fork = self.clone()
-        path = created_paths(SERIES)[-1]
-        (fork / path).parent.mkdir(parents=True, exist_ok=True)
-        (fork / path).write_text("mine\n", encoding="utf-8")
-        self.refuses(fork, f"series writes: {path}")
-
-    def test_a_read_only_folder_is_refused(self):
-        fork = self.clone()
-        folder = (fork / EAGLE_WORKER).parent
-        folder.chmod(0o555)
-        self.addCleanup(folder.chmod, 0o755)
-        before = self.state(fork)
-        root = os.geteuid() == 0  # root writes anywhere: run the tool as nobody
-
-        if root:
-            chown_tree(fork, NOBODY)
-        proc = self.apply(fork, user=NOBODY if root else None, env={"HOME": str(fork)})
-        if root:
-            chown_tree(fork, 0)
-
-        self.assert_refused_untouched(
-            proc,
-            before,
-            fork,
-            "python/sglang/srt/speculative (a read-only directory)",
-            "chmod u+w python/sglang/srt/speculative",
-        )
-
-    def test_an_immutable_file_is_refused(self):
-        fork = self.clone()
-        target = fork / SERVER_ARGS
-        if subprocess.run(
-            ["chattr", "+i", str(target)], capture_output=True
-        ).returncode:
-            self.skipTest(
-                "chattr +i is not available here (needs root and ext4/xfs/btrfs)"
-            )
-        self.addCleanup(subprocess.run, ["chattr", "-i", str(target)])
-        self.refuses(
-            fork, f"{SERVER_ARGS} (an immutable file)", f"chattr -i {SERVER_ARGS}"
-        )
-
-    def test_a_failure_after_the_checks_restores_the_fork_exactly(self):
-        fork = self.clone()
-        (fork / SCHEDULER).write_text("work in progress\n", encoding="utf-8")
-        self.git(fork, "stash", "-q")
-        (fork / "notes.txt").write_text("untracked notes\n", encoding="utf-8")
-        hook = fork / ".git" / "hooks" / "reference-transaction"
-        hook.write_text(
-            "#!/bin/sh\n"
-            '[ "$1" = prepared ] || exit 0\n'
-            "while read -r old new ref; do\n"
-            '  case "$ref" in refs/heads/*) echo "fork policy: no" >&2; exit 1;; esac\n'
-            "done\n"
-        )
-        hook.chmod(0o755)
-        self.refuses(
-            fork,
-            "failed (git update-ref:",
-            "it was restored as it was",
-            "nothing was changed",
-        )
-        for path in created_paths(SERIES):
-            self.assertFalse((fork / path).exists(), path)
-
-    def test_a_hook_that_rejects_the_patches_is_reported_and_changes_nothing(self):
-        fork = self.clone()
-        hook = fork / ".git" / "hooks" / "pre-applypatch"
-        hook.write_text("#!/bin/sh\necho 'fork policy: no backports' >&2\nexit 1\n")
-        hook.chmod(0o755)
-        self.refuses(fork, "git am -3 failed on", "fork policy: no backports")
-
-    def test_a_dirty_tree_is_refused(self):
-        fork = self.clone()
-        with (fork / SCHEDULER).open("a", encoding="utf-8") as f:
-            f.write("# work in progress\n")
-        self.refuses(fork, "uncommitted changes", SCHEDULER, "git stash")
+                self.refuses(
+                    self.clone(),
+                    needle,
+                    "checkout -- patches",
+                    tool=self.project(patches),
+                )
 
     def test_conflicts_in_several_files_and_patches_are_named_at_once(self):
         fork = self.clone()
-        for path in (RUNTIME_CONTEXT, SCHEDULER, EAGLE_WORKER):
-            self.conflict(fork, path)
+        for path in (RUNTIME_CONTEXT, SCHEDULER, EAGLE):
+            index, text = hunk_line(path, True)
+            self.edit(fork, path, index, text)
+        (fork / created(SERIES)[0]).parent.mkdir(parents=True, exist_ok=True)
+        (fork / created(SERIES)[0]).write_text("upstream's own\n")
         self.commit_all(fork, "fork: change lines the backport changes")
-        proc = self.refuses(
+        run = self.refuses(
             fork,
             "not even with a 3-way merge",
             f"{SERIES[0].name}: {RUNTIME_CONTEXT} (changed in your fork too)",
             f"{SCHEDULER} (changed in your fork too)",
-            f"{EAGLE_WORKER} (changed in your fork too)",
-            "nothing was changed",
+            f"{EAGLE} (changed",
+            f"{created(SERIES)[0]} (your fork already has a file there)",
         )
-        self.assertEqual(proc.stderr.count("\n"), 1, "one line")
-        by_hand = self.run_printed(self.printed_command(proc.stderr, "cd "))
-        self.assertNotEqual(by_hand.returncode, 0)
-        self.assertIn("git am --continue", by_hand.stdout + by_hand.stderr)
+        self.assertEqual(run.stderr.count("\n"), 1, "one line")
+        self.assertIn("git am --continue", self.printed(run.stderr, "cd ").stdout)
         self.git(fork, "am", "--abort")
+        never = self.imported(without=[MULTI_LAYER])
+        self.refuses(never, f"{MULTI_LAYER} (your fork has no {MULTI_LAYER})")
 
-    def test_a_committed_file_where_the_series_creates_one_is_a_named_conflict(self):
-        fork = self.clone()
-        path = created_paths(SERIES)[0]
-        (fork / path).parent.mkdir(parents=True, exist_ok=True)
-        (fork / path).write_text("upstream's own\n", encoding="utf-8")
-        self.commit_all(fork, "fork: a file of the same name")
-        self.refuses(fork, f"{path} (your fork already has a file there)")
+    def test_a_trial_that_git_fails_says_what_git_said(self):
+        hooked, anonymous = self.clone(), self.clone()
+        hook = hooked / ".git/hooks/pre-applypatch"
+        hook.write_text("#!/bin/sh\necho 'fork policy: no backports' >&2\nexit 1\n")
+        hook.chmod(0o755)
+        self.refuses(
+            hooked, "git am -3 failed in a trial run", "\n    fork policy: no backports"
+        )
+        for key in ("user.name", "user.email"):
+            self.git(anonymous, "config", "--unset", key)
+        self.git(anonymous, "config", "user.useConfigOnly", "true")
+        self.refuses(anonymous, "git am -3 failed", "Please tell me who you are")
 
+    def test_a_real_run_that_git_refuses_restores_the_fork(self):
+        root = os.geteuid() == 0
 
-class TestEdgeStates(ForkCase):
-    def _conflicting_branch(self, fork):
-        self.git(fork, "switch", "-q", "-c", "other")
-        self.edit_line(fork, "python/sglang/version.py", 0, "# other")
-        self.commit_all(fork, "other")
-        self.git(fork, "switch", "-q", "main")
-        self.edit_line(fork, "python/sglang/version.py", 0, "# main")
-        self.commit_all(fork, "main")
-
-    def test_a_git_operation_in_progress_gets_its_own_message_and_way_out(self):
-        def rebase(fork):
-            self.git(fork, "rebase", "other", check=False)
-
-        def am(fork):
-            patch = self.git(
-                fork, "format-patch", "-1", "other", "-o", str(fork / ".git")
+        def policy(fork):
+            hook = fork / ".git/hooks/reference-transaction"
+            hook.write_text(
+                '#!/bin/sh\n[ "$1" = prepared ] || exit 0\ngrep -q refs/heads/ || exit 0\necho "fork policy: no" >&2\nexit 1\n'
             )
-            self.git(fork, "am", patch, check=False)
+            hook.chmod(0o755)
+            return "git update-ref:"
 
-        def merge(fork):
-            self.git(fork, "merge", "other", check=False)
+        def untracked_file(fork):
+            (fork / created(SERIES)[-1]).parent.mkdir(parents=True, exist_ok=True)
+            (fork / created(SERIES)[-1]).write_text("mine\n")
+            return "would be overwritten"
 
-        def bisect(fork):
-            self.git(fork, "bisect", "start", "HEAD", "v0.5.16")
+        def untracked_where_a_folder_goes(fork):
+            (fork / "test").write_text("mine\n")
+            return "git read-tree:"
 
-        for make, needle, way_out in (
-            (rebase, "a rebase is in progress", "git rebase --abort"),
-            (am, "a git am is in progress", "git am --abort"),
-            (merge, "a merge is in progress", "git merge --abort"),
-            (bisect, "a bisect is in progress", "git bisect reset"),
+        def read_only(fork):
+            (fork / SPEC).chmod(0o555)
+            self.addCleanup((fork / SPEC).chmod, 0o755)
+            return "Permission denied"
+
+        def immutable(fork):
+            if subprocess.run(
+                ["chattr", "+i", str(fork / SERVER_ARGS)], capture_output=True
+            ).returncode:
+                self.skipTest(
+                    "chattr +i is not available here (root and ext4/xfs/btrfs)"
+                )
+            self.addCleanup(subprocess.run, ["chattr", "-i", str(fork / SERVER_ARGS)])
+            return "git read-tree:"
+
+        for make, flags in (
+            (policy, ()),
+            (policy, ("--revert",)),
+            (untracked_file, ()),
+            (untracked_where_a_folder_goes, ()),
+            (read_only, ()),
+            (immutable, ()),
+        ):
+            with self.subTest(make.__name__, flags=flags):
+                fork = self.clone()
+                if flags:
+                    self.git(fork, "am", "-q", *map(str, SERIES))
+                (fork / "notes.txt").write_text("untracked notes\n")
+                needle = make(fork)
+                user = NOBODY if make is read_only and root else None
+                before = self.state(fork)
+                chown_tree(fork, NOBODY) if user else None
+                run = self.tool(fork, *flags, user=user, env={"HOME": str(fork)})
+                chown_tree(fork, 0) if user else None
+                self.assertEqual(
+                    (run.returncode, self.state(fork)), (1, before), run.stderr
+                )
+                self.assertIn("it was restored as it was", run.stderr)
+                self.assertIn(needle, run.stderr)
+
+
+class TestTheFork(ForkCase):
+    def test_paths_that_are_not_a_fork_are_refused(self):
+        scratch = Path(tempfile.mkdtemp(dir=self.tmp))
+        (scratch / "plain" / "python" / "sglang").mkdir(parents=True)
+        (scratch / "a-file").write_text("x\n")
+        (scratch / "other").mkdir()
+        self.git(scratch / "other", "init", "-q")
+        self.commit_all(scratch / "other", "init")
+        self.git(
+            scratch, "clone", "-q", "--bare", str(self.base), str(scratch / "bare.git")
+        )
+        for name, needle in (
+            ("missing", "No such file or directory"),
+            ("a-file", "Not a directory"),
+            ("plain", "is not in a git work tree; pass"),
+            ("other", "has no python/sglang/"),
+            ("bare.git", "(a bare repository or a .git directory)"),
         ):
             with self.subTest(needle=needle):
+                run = self.tool(scratch / name)
+                self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+                self.assertTrue(run.stderr.startswith("apply: error: "), run.stderr)
+                self.assertIn(needle, run.stderr)
+        self.assertEqual(os.listdir(scratch / "plain"), ["python"])
+
+    def test_a_repository_of_another_user_gets_gits_safe_directory_command(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root to give the fork another owner")
+        fork = self.clone()
+        chown_tree(fork, NOBODY)
+        self.addCleanup(chown_tree, fork, 0)
+        (self.tmp / "gitconfig").write_text("")
+        self.env = {**self.env, "GIT_CONFIG_GLOBAL": str(self.tmp / "gitconfig")}
+        run = self.tool(fork)
+        self.assertEqual(run.returncode, 1)
+        self.assertIn("is not in a git work tree", run.stderr)
+        add = self.printed(run.stderr, "git config --global --add safe.directory")
+        self.assertEqual((add.returncode, self.tool(fork).returncode), (0, 0))
+
+    def test_a_git_operation_in_progress_gets_its_way_out(self):
+        for op, start in (
+            ("rebase", "rebase other"),
+            ("am", "am .git/0001-other.patch"),
+            ("merge", "merge other"),
+            ("bisect", "bisect start HEAD v0.5.16"),
+        ):
+            with self.subTest(op=op):
                 fork = self.clone()
-                self._conflicting_branch(fork)
-                make(fork)
-                proc = self.refuses(fork, needle, way_out)
-                out = self.run_printed(
-                    self.printed_command(
-                        proc.stderr, f"cd {shlex.quote(str(fork))} && {way_out}"
-                    )
+                self.git(fork, "switch", "-q", "-c", "other")
+                for branch in ("other", "main"):
+                    self.git(fork, "switch", "-q", branch)
+                    (fork / "python/sglang/version.py").write_text(f"# {branch}\n")
+                    self.commit_all(fork, branch)
+                self.git(
+                    fork, "format-patch", "-q", "-1", "other", "-o", str(fork / ".git")
                 )
-                self.assertEqual(out.returncode, 0, out.stderr)
+                self.git(fork, *start.split(), check=False)
+                stop = "bisect reset" if op == "bisect" else f"{op} --abort"
+                run = self.refuses(fork, f"a git {op} is in progress")
+                self.assertEqual(
+                    self.printed(run.stderr, f"cd {fork} && git {stop}").returncode, 0
+                )
                 self.assertEqual(
                     self.git(fork, "symbolic-ref", "--short", "HEAD"), "main"
                 )
 
-    def test_a_repository_owned_by_another_user_gets_the_safe_directory_command(self):
-        if os.geteuid() != 0:
-            self.skipTest("needs root to give the fork another owner")
-        fork = self.clone()
-        before = self.state(fork)
-        chown_tree(fork, NOBODY)
-        config = self.tmp / f"gitconfig-{self._count}"
-        config.write_text("", encoding="utf-8")
-        env = {"GIT_CONFIG_GLOBAL": str(config)}
-
-        proc = self.apply(fork, env=env)
-
-        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
-        self.assertIn(
-            "it belongs to another user (git's safe.directory check)", proc.stderr
-        )
-        command = self.printed_command(proc.stderr, "git config --global --add")
-        self.assertEqual(self.run_printed(command, env=env).returncode, 0)
-        applied = self.apply(fork, env=env)
-        chown_tree(fork, 0)
-        self.assertNotEqual(self.state(fork), before)
-        self.assert_applied(applied, fork)
-
-    def test_printed_commands_work_on_a_path_with_spaces(self):
+    def test_detached_and_unborn_heads_are_refused_and_paths_with_spaces_work(self):
         fork = self.clone(name="my forks/sglang fork")
         self.git(fork, "switch", "-q", "--detach")
-        proc = self.refuses(fork, "HEAD of", "is detached at")
-        switch_command = f"cd {shlex.quote(str(fork))} && git switch -c"
-        switch = self.run_printed(self.printed_command(proc.stderr, switch_command))
-        self.assertEqual(switch.returncode, 0, switch.stderr)
-        applied = self.apply(fork)
-        self.assert_applied(applied, fork)
-        undo = self.printed_command(applied.stdout, "cd '")
-        self.assertEqual(shlex.split(undo)[1], str(fork))
-
-    def test_without_git_on_path_the_error_is_one_line(self):
-        bin_dir = self.tmp / "bin-without-git"
-        bin_dir.mkdir(exist_ok=True)
-        proc = self.apply(self.base, env={"PATH": str(bin_dir)})
-        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
-        self.assertEqual(
-            proc.stderr,
-            "apply: error: git is not on PATH; install git and run this again\n",
+        run = self.refuses(fork, "is detached;")
+        switch = self.printed(
+            run.stderr, f"cd {shlex.quote(str(fork))} && git switch -c"
         )
-
-    def test_a_detached_head_and_an_unborn_branch_are_refused(self):
-        fork = self.clone()
-        self.git(fork, "switch", "-q", "--detach")
-        self.refuses(fork, "is detached at", "git switch -c sglang-draft-isolation")
+        self.assertEqual(switch.returncode, 0, switch.stderr)
+        applied = self.tool(fork)
+        self.assert_done(applied, fork)
+        undo = re.findall(r"`(cd '[^`]+)`", applied.stdout)[0]
+        self.assertEqual(shlex.split(undo)[1], str(fork))
         self.git(fork, "checkout", "-q", "--orphan", "empty")
         self.refuses(fork, "the branch empty of", "has no commit yet")
 
-    def test_a_fork_without_a_git_identity_is_refused(self):
+    def test_tracked_changes_are_refused(self):
         fork = self.clone()
-        self.git(fork, "config", "--unset", "user.name")
-        self.git(fork, "config", "--unset", "user.email")
-        self.git(fork, "config", "user.useConfigOnly", "true")
-        proc = self.refuses(fork, "git has no identity")
-        set_one = self.printed_command(proc.stderr, "cd ")
-        self.assertEqual(self.run_printed(set_one).returncode, 0)
-        self.assert_applied(self.apply(fork), fork)
+        with (fork / SCHEDULER).open("a") as f:
+            f.write("# work in progress\n")
+        for flags in ((), ("--revert",)):
+            self.refuses(
+                fork, "uncommitted changes", SCHEDULER, "git stash", flags=flags
+            )
 
-    def test_paths_that_are_not_a_fork_are_refused(self):
-        scratch = Path(tempfile.mkdtemp(dir=self.tmp))
-        plain = scratch / "plain"
-        (plain / "python" / "sglang").mkdir(parents=True)
-        a_file = scratch / "a-file"
-        a_file.write_text("x\n", encoding="utf-8")
-        other = scratch / "other"
-        other.mkdir()
-        self.git(other, "init", "-q", "-b", "main")
-        (other / "README.md").write_text("another project\n", encoding="utf-8")
-        self.commit_all(other, "init")
-        bare = scratch / "bare.git"
-        self.git(scratch, "clone", "-q", "--bare", str(self.base), str(bare))
-        for path, needle in (
-            (scratch / "missing", "does not exist"),
-            (a_file, "is not a directory"),
-            (plain, "is not in a git work tree; pass the checkout"),
-            (other, "has no python/sglang/"),
-            (bare, "(a bare repository or a .git directory)"),
+    def test_without_git_on_path_the_error_is_one_line(self):
+        run = self.tool(self.base, env={"PATH": str(self.tmp / "no-bin")})
+        self.assertEqual(
+            (run.returncode, run.stderr),
+            (1, "apply: error: git is not on PATH; install git and run this again\n"),
+        )
+
+
+class TestRevert(ForkCase):
+    def release_0_5_17(self):
+        wheels = sorted(WHEELS.glob("sglang-0.5.17-*.whl"))
+        if not wheels:
+            pip = [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "sglang==0.5.17",
+                "-d",
+                str(WHEELS),
+            ]
+            said = subprocess.run(pip, capture_output=True, text=True).stderr.strip()
+            wheels = sorted(WHEELS.glob("sglang-0.5.17-*.whl"))
+            if not wheels:
+                self.skipTest(
+                    f"sglang 0.5.17's wheel is not in {WHEELS} and pip cannot fetch it: {said[-300:]}"
+                )
+        return wheels[0]
+
+    def test_reverted_a_v0_5_17_merge_is_clean_and_then_upstreams_fix_is_found(self):
+        fork = self.clone(full=True)
+        self.git(fork, "switch", "-q", "-c", "v0.5.17")
+        shutil.rmtree(fork / "python" / "sglang")
+        with zipfile.ZipFile(self.release_0_5_17()) as wheel:
+            wheel.extractall(
+                fork / "python",
+                [n for n in wheel.namelist() if n.startswith("sglang/")],
+            )
+        self.commit_all(fork, "sglang 0.5.17")
+        self.git(fork, "switch", "-q", "main")
+        own = {
+            "FORK_NOTES.md": "our deployment notes\n",
+            "python/sglang/fork_local.py": "LOCAL = 1\n",
+        }
+        for i, (path, text) in enumerate(own.items()):
+            (fork / path).write_text(text)
+            self.commit_all(fork, f"fork: our own commit {i}")
+            if not i:
+                self.assert_done(self.tool(fork), fork)
+        control = self.clone(source=fork)
+        self.git(control, "merge", "-q", "--no-edit", "origin/v0.5.17", check=False)
+        self.assertEqual(
+            sorted(self.git(control, "diff", "--name-only", "--diff-filter=U").split()),
+            sorted(FOUR),
+        )
+        run = self.tool(fork, "--revert")
+        self.assert_done(run, fork, f"reverted {len(SERIES)} commit(s), newest first")
+        self.assertEqual(run.stdout.count("    "), len(SERIES))
+        merge = subprocess.run(
+            ["git", "merge", "--no-edit", "v0.5.17"],
+            cwd=fork,
+            env=self.env,
+            capture_output=True,
+            text=True,
+        )
+        self.assertEqual(merge.returncode, 0, merge.stdout + merge.stderr)
+        self.assertEqual(self.git(fork, "status", "--porcelain", "-uall"), "")
+        for path, text in own.items():
+            self.assertEqual((fork / path).read_text(), text)
+        self.assertEqual(
+            len(
+                self.git(fork, "log", "--format=%s", "--grep=^fork: our own").split(
+                    "\n"
+                )
+            ),
+            2,
+        )
+        self.leaves_alone(
+            fork,
+            "already fixed upstream",
+            "draft_server_args_copy() in speculative/draft_worker_common.py",
+        )
+
+    def test_nothing_to_revert(self):
+        reverted = self.clone()
+        self.git(reverted, "am", "-q", *map(str, SERIES))
+        self.git(reverted, "revert", "--no-edit", f"HEAD~{len(SERIES)}..HEAD")
+        for fork in (self.clone(), reverted):
+            self.leaves_alone(fork, "nothing to revert: ", flags=("--revert",))
+
+    def test_a_fix_without_its_trailers_is_left_for_a_revert_by_hand(self):
+        squashed, mixed = self.clone(), self.clone()
+        for patch in SERIES:
+            self.git(squashed, "apply", "--index", str(patch))
+        self.commit_all(squashed, "fork: the draft ServerArgs fix, squashed")
+        self.git(mixed, "am", "-q", str(SERIES[0]))
+        for patch in SERIES[1:]:
+            self.git(mixed, "apply", "--index", str(patch))
+        self.commit_all(mixed, "fork: the rest of it, by hand")
+        for fork, needle in (
+            (
+                squashed,
+                "(draft_server_args_copy(), scoped_server_args()) in none of its commits with",
+            ),
+            (mixed, "(draft_server_args_copy(), no draft write in scheduler.py"),
         ):
-            with self.subTest(needle=needle):
-                proc = self.apply(path)
-                self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
-                self.assertEqual(proc.stderr.count("\n"), 1, proc.stderr)
-                self.assertIn(needle, proc.stderr)
-        self.assertEqual(sorted(p.name for p in plain.iterdir()), ["python"])
-        self.assertFalse((scratch / "missing").exists())
+            with self.subTest(fork=fork.name):
+                run = self.refuses(
+                    fork, needle, "squashed, or applied by hand", flags=("--revert",)
+                )
+                self.assertIn("fork: ", self.printed(run.stderr, "cd ").stdout)
+
+    def test_a_revert_that_conflicts_names_the_files_and_the_forks_commits(self):
+        fork = self.clone()
+        self.git(fork, "am", "-q", *map(str, SERIES))
+        text = (
+            (fork / SERVER_ARGS)
+            .read_text()
+            .replace("draft_server_args_copy(", "draft_server_args_copy_v2(")
+        )
+        (fork / SERVER_ARGS).write_text(text)
+        self.commit_all(fork, "fork: rename the helper")
+        mine = self.git(fork, "log", "-1", "--format=%h fork: rename the helper")
+        run = self.refuses(
+            fork,
+            "this backport does not revert in",
+            f"{SERVER_ARGS} (changed in your fork too; changed since by {mine})",
+            flags=("--revert",),
+        )
+        by_hand = self.printed(run.stderr, "cd ")
+        self.assertIn("git revert --continue", by_hand.stdout + by_hand.stderr)
 
 
 if __name__ == "__main__":
