@@ -10,7 +10,7 @@ after the other, each stopped before the next starts. Each answers a greedy
 the scheduler publishes (its top level is the HTTP process's own copy, which
 the draft never reaches). On this CPU the servers run with the settings and
 kernel stand-ins declared in test/backport/e2e/cpu_serving.py, and stock on a
-CUDA machine.
+CUDA machine; the models are written by test/backport/e2e/tiny_models.py.
 
     .venv/bin/python scripts/demo/draft_isolation_demo.py
     ... --pristine .build/pristine --json out.json
@@ -30,6 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "test", "backport", "e2e"))
 
 import cpu_serving  # noqa: E402
+import tiny_models  # noqa: E402
 
 PROMPT = [5, 17, 33, 90, 7, 64]
 MAX_NEW_TOKENS = 12
@@ -225,7 +226,9 @@ def run(args):
             "`bash scripts/dev/patches.sh apply` (or unset PYTHONPATH)"
         )
     with tempfile.TemporaryDirectory(prefix="draft-isolation-demo-") as tmp:
-        models = cpu_serving.write_tiny_models(tmp)
+        models = tiny_models.write_tiny_models(
+            tmp, dtype=cpu_serving.MODEL_DTYPE, names=("target", "EAGLE")
+        )
         runs = {side: serve_once(side, models, pythonpaths[side]) for side in SIDES}
     if args.json:
         with open(args.json, "w") as f:

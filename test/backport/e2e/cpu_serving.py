@@ -13,7 +13,10 @@ What is not stock, all of it here:
   (torch_native cannot run the target's verify pass), ``--dtype float32`` (the
   interpreter has no bf16 for the multi-step draft decode),
   ``--device cpu --disable-cuda-graph --sampling-backend pytorch``, small KV
-  pools. On a CUDA machine none of these is used: the server runs stock.
+  pools, ``TORCHDYNAMO_DISABLE=1`` (torch's switch: sglang's few
+  ``@torch.compile`` helpers run eagerly instead of being compiled by
+  inductor at every server start). On a CUDA machine none of these is used:
+  the server runs stock.
 
 * Kernel stand-ins, installed only on a plain CPU (no CUDA, HIP, MUSA, XPU or
   NPU device, and not sglang's CPU engine, ``SGLANG_USE_CPU_ENGINE=1``, which
@@ -67,6 +70,10 @@ from typing import Dict, List, Optional
 
 LAUNCHER = os.path.abspath(__file__)
 
+# The dtype the servers' tiny models are written in (``tiny_models``, this
+# folder): Triton's interpreter has no bf16 for the multi-step draft decode.
+MODEL_DTYPE = "float32"
+
 # Speculative settings that worked on CPU (one token per step, three steps).
 SPEC_ARGS = [
     "--speculative-eagle-topk", "1",
@@ -95,6 +102,11 @@ _PLAIN_CPU_ARGS = [
 _PLAIN_CPU_ENV = {
     "TRITON_INTERPRET": "1",
     "SGLANG_USE_HND_KVCACHE": "0",
+    # torch's own switch: the few @torch.compile helpers sglang runs on this
+    # path (spec_utils, sampler, rotary utils) run eagerly. Compiling them on
+    # CPU (inductor, C++) takes most of sglang's own warm-up request: 25-30 s
+    # of every server start with a warm cache, longer with a cold one.
+    "TORCHDYNAMO_DISABLE": "1",
 }
 
 _COMMON_ENV = {
@@ -151,97 +163,14 @@ def server_env(pythonpath: Optional[str] = None) -> Dict[str, str]:
 
 
 # --------------------------------------------------------------------------- #
-# Tiny models
+# Launcher argv
 # --------------------------------------------------------------------------- #
-
-# Context lengths in the configs: each draft's differs from the target's.
-TARGET_CONTEXT_LEN = 512
-DRAFT_CONTEXT_LENS = {"EAGLE": 2048, "STANDALONE": 1024}
-
-
-def _llama_config(num_layers: int, context_len: int):
-    from transformers import LlamaConfig
-
-    return LlamaConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=num_layers,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=context_len,
-        # Large random weights: well separated logits, so that greedy outputs
-        # do not hang on float rounding (the default 0.02 gives near-ties).
-        initializer_range=0.5,
-        tie_word_embeddings=False,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-
-
-def _write_llama(path: str, num_layers: int, context_len: int, seed: int) -> str:
-    import torch
-    from transformers import LlamaForCausalLM
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    torch.manual_seed(seed)
-    LlamaForCausalLM(_llama_config(num_layers, context_len)).save_pretrained(path)
-    return path
-
-
-def _write_eagle_draft(path: str, context_len: int, seed: int) -> str:
-    """An EAGLE (v1) draft: one decoder layer without input_layernorm and an
-    ``fc`` over [token embedding, target hidden state], EAGLE's file naming
-    (no ``model.`` prefix)."""
-    import torch
-    from safetensors.torch import save_file
-    from transformers import LlamaModel
-
-    config = _llama_config(1, context_len)
-    torch.manual_seed(seed)
-    weights = {
-        name: tensor.contiguous()
-        for name, tensor in LlamaModel(config).state_dict().items()
-        if name != "layers.0.input_layernorm.weight"
-    }
-    hidden = config.hidden_size
-    weights["fc.weight"] = 0.5 * torch.randn(hidden, 2 * hidden)
-    weights["fc.bias"] = torch.zeros(hidden)
-    os.makedirs(path, exist_ok=True)
-    save_file(weights, os.path.join(path, "model.safetensors"))
-    config.architectures = ["LlamaForCausalLMEagle"]
-    config.to_json_file(os.path.join(path, "config.json"))
-    return path
-
-
-def write_tiny_models(root: str) -> Dict[str, str]:
-    """Write tiny float32 models (config.json + safetensors, random weights,
-    deterministic, no hub) under ``root``; return their directories:
-    ``target`` (2-layer LlamaForCausalLM), ``target_other_weights`` (the same
-    architecture, other weights), ``EAGLE`` (one layer, EAGLE naming) and
-    ``STANDALONE`` (the target's architecture, its own weights and context
-    length) drafts."""
-    return {
-        "target": _write_llama(
-            os.path.join(root, "target"), 2, TARGET_CONTEXT_LEN, seed=1
-        ),
-        "target_other_weights": _write_llama(
-            os.path.join(root, "target-other-weights"), 2, TARGET_CONTEXT_LEN, 2
-        ),
-        "EAGLE": _write_eagle_draft(
-            os.path.join(root, "eagle"), DRAFT_CONTEXT_LENS["EAGLE"], seed=3
-        ),
-        "STANDALONE": _write_llama(
-            os.path.join(root, "standalone"), 2, DRAFT_CONTEXT_LENS["STANDALONE"], 4
-        ),
-    }
 
 
 def speculative_argv(models: Dict[str, str], algorithm: Optional[str], *extra):
     """Launcher argv for the target alone (``algorithm=None``) or with a
-    draft of ``algorithm``; ``extra`` flags are appended."""
+    draft of ``algorithm``; ``extra`` flags are appended. ``models`` is what
+    ``tiny_models.write_tiny_models`` (this folder) returns."""
     argv = ["--model-path", models["target"]]
     if algorithm is not None:
         argv += [
@@ -475,9 +404,10 @@ class ServerProcess:
         _running.add(self)
         return self
 
-    def wait_ready(self, timeout: float = 240) -> float:
+    def wait_ready(self, timeout: float = 240, poll: float = 0.5) -> float:
         """Wait until ``/health`` answers 200 (after sglang's own warm-up
-        request); return the seconds since ``start``."""
+        request), asking every ``poll`` seconds; return the seconds since
+        ``start``."""
         started = time.monotonic()
         deadline = started + timeout
         while time.monotonic() < deadline:
@@ -492,7 +422,7 @@ class ServerProcess:
                         return time.monotonic() - started
             except (urllib.error.URLError, OSError):
                 pass
-            time.sleep(1)
+            time.sleep(poll)
         raise ServerError(
             f"server not ready after {timeout:.0f} s; log tail:\n{self.log_tail()}"
         )

@@ -37,6 +37,7 @@ import unittest
 
 import cpu_serving as serving
 import pytest
+import tiny_models
 
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase
@@ -53,7 +54,11 @@ _models_dir = None
 def _models():
     global _models_dir
     _models_dir = tempfile.mkdtemp(prefix="sgl-e2e-models-")
-    return serving.write_tiny_models(_models_dir)
+    return tiny_models.write_tiny_models(
+        _models_dir,
+        dtype=serving.MODEL_DTYPE,
+        names=("target", "target_other_weights", "EAGLE", "STANDALONE"),
+    )
 
 
 @functools.lru_cache(maxsize=None)
