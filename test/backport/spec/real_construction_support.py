@@ -1,9 +1,10 @@
 """Real CPU construction of a speculative-decoding scheduler, for tests and demos.
 
-This module builds tiny local models (a Llama target and EAGLE, EAGLE3,
-STANDALONE and FROZEN_KV_MTP drafts, with real safetensors weights and
-different context lengths) and runs, in a fresh subprocess per case, the real
-scheduler construction of sglang 0.5.16 on CPU:
+This module takes the tiny local models of ``test/backport/e2e/tiny_models.py``
+(a Llama target and EAGLE, EAGLE3, STANDALONE and FROZEN_KV_MTP drafts, with
+real safetensors weights in bf16 and different context lengths) and runs, in a
+process of its own per case, the real scheduler construction of sglang 0.5.16
+on CPU:
 
     prepare_server_args([...launcher argv...])   # the launcher's own entry point
     Scheduler(server_args, port_args, ...)        # real __init__
@@ -32,6 +33,12 @@ What is not stock (see ``_install_kernel_stand_ins`` and
 * ``--speculative-draft-attention-backend triton`` (a stock flag) so that the
   draft's attention-backend objects can be constructed on CPU.
 
+``run_cases`` starts one subprocess that imports sglang once (most of a case's
+cost on CPU: about 8 s of the 9) and forks a fresh process per case from that
+state, so that every case starts with sglang imported and nothing constructed
+or published, and shares nothing with the others; each case is bounded by a
+timeout. ``run_case`` runs one.
+
 Run ``python3 real_construction_support.py ALGORITHM [--draft-load-format dummy]
 [--token-map] [--adaptive] [--pythonpath DIR]`` to print one case's result as
 JSON (``summary(result)`` condenses it).
@@ -42,216 +49,51 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 from typing import Any, Dict, List, Optional
 
 # --------------------------------------------------------------------------- #
-# Tiny models
+# Tiny models (written by test/backport/e2e/tiny_models.py)
 # --------------------------------------------------------------------------- #
 
-VOCAB_SIZE = 256
-HIDDEN_SIZE = 64
-INTERMEDIATE_SIZE = 128
-NUM_HEADS = 2
-HEAD_DIM = 32
-DTYPE = "bfloat16"
+# The folder of the CPU serving support this module shares: the tiny models
+# and the vllm._custom_ops stand-in. On sys.path here and in every case
+# subprocess (which runs this file).
+_E2E_DIR = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "e2e"
+)
+if _E2E_DIR not in sys.path:
+    sys.path.insert(0, _E2E_DIR)
 
-# Context lengths written into the configs: every draft differs from the target
-# (and is longer, so that sglang accepts the target's shorter length for the
-# draft without SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN).
-TARGET_CONTEXT_LEN = 512
-DRAFT_CONTEXT_LENS = {
-    "EAGLE": 4096,
-    "EAGLE3": 2048,
-    "STANDALONE": 1024,
-    "FROZEN_KV_MTP": 1536,
-}
+import tiny_models  # noqa: E402  # isort: skip
+from tiny_models import (  # noqa: E402,F401  # isort: skip
+    DRAFT_CONTEXT_LENS,
+    PROBE_PARAMS,
+    TARGET_CONTEXT_LEN,
+)
+
+# sglang's default dtype for these configs ("auto": the files' torch_dtype).
+MODEL_DTYPE = "bfloat16"
+
+# The models the cases use.
+MODELS = ("target", "EAGLE", "EAGLE3", "STANDALONE", "FROZEN_KV_MTP", "token_map")
 
 # A user's own override on the target (applies to the draft's ModelConfig too,
 # which is stock behaviour); rms_norm_eps in the files is 1e-6.
 USER_JSON_MODEL_OVERRIDE_ARGS = '{"rms_norm_eps": 1e-05}'
 
-# Hot-token map for --speculative-token-map (EAGLE and STANDALONE read it).
-TOKEN_MAP_SIZE = 128
-
 ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE", "FROZEN_KV_MTP")
-
-# For each model: (parameter name in the sglang model, tensor name in the file).
-# Parameters owned by that model only (never shared between target and draft).
-PROBE_PARAMS = {
-    "target": (
-        "model.layers.1.self_attn.o_proj.weight",
-        "model.layers.1.self_attn.o_proj.weight",
-    ),
-    "EAGLE": ("model.fc.weight", "fc.weight"),
-    "EAGLE3": ("model.fc.weight", "fc.weight"),
-    "STANDALONE": (
-        "model.layers.0.self_attn.o_proj.weight",
-        "model.layers.0.self_attn.o_proj.weight",
-    ),
-    "FROZEN_KV_MTP": (
-        "model.layers.0.self_attn.o_proj.weight",
-        "model.layers.0.self_attn.o_proj.weight",
-    ),
-}
-
-
-def _config(architecture: str, num_layers: int, context_len: int, **extra) -> dict:
-    config = {
-        "architectures": [architecture],
-        "model_type": "llama",
-        "vocab_size": VOCAB_SIZE,
-        "hidden_size": HIDDEN_SIZE,
-        "intermediate_size": INTERMEDIATE_SIZE,
-        "num_hidden_layers": num_layers,
-        "num_attention_heads": NUM_HEADS,
-        "num_key_value_heads": NUM_HEADS,
-        "head_dim": HEAD_DIM,
-        "max_position_embeddings": context_len,
-        "rms_norm_eps": 1e-06,
-        "rope_theta": 10000.0,
-        "hidden_act": "silu",
-        "tie_word_embeddings": False,
-        "torch_dtype": DTYPE,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-    }
-    config.update(extra)
-    return config
-
-
-def _decoder_layer(prefix, gen, qkv_in=HIDDEN_SIZE, input_layernorm=True):
-    import torch
-
-    def rand(*shape):
-        return torch.randn(*shape, generator=gen)
-
-    attn_out = NUM_HEADS * HEAD_DIM
-    weights = {
-        f"{prefix}.self_attn.q_proj.weight": rand(attn_out, qkv_in),
-        f"{prefix}.self_attn.k_proj.weight": rand(attn_out, qkv_in),
-        f"{prefix}.self_attn.v_proj.weight": rand(attn_out, qkv_in),
-        f"{prefix}.self_attn.o_proj.weight": rand(HIDDEN_SIZE, attn_out),
-        f"{prefix}.mlp.gate_proj.weight": rand(INTERMEDIATE_SIZE, HIDDEN_SIZE),
-        f"{prefix}.mlp.up_proj.weight": rand(INTERMEDIATE_SIZE, HIDDEN_SIZE),
-        f"{prefix}.mlp.down_proj.weight": rand(HIDDEN_SIZE, INTERMEDIATE_SIZE),
-        f"{prefix}.post_attention_layernorm.weight": 1 + 0.1 * rand(HIDDEN_SIZE),
-    }
-    if input_layernorm:
-        weights[f"{prefix}.input_layernorm.weight"] = 1 + 0.1 * rand(HIDDEN_SIZE)
-    return weights
-
-
-def _write_model(path: str, config: dict, weights: dict) -> str:
-    import torch
-    from safetensors.torch import save_file
-
-    os.makedirs(path, exist_ok=True)
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-    dtype = getattr(torch, DTYPE)
-    save_file(
-        {
-            k: (v if v.dtype in (torch.int64, torch.bool) else v.to(dtype)).contiguous()
-            for k, v in weights.items()
-        },
-        os.path.join(path, "model.safetensors"),
-    )
-    return path
-
-
-def _write_plain_llama(path: str, num_layers: int, context_len: int, seed) -> str:
-    """A plain LlamaForCausalLM with random weights (HF checkpoint naming)."""
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    weights = {
-        "model.embed_tokens.weight": torch.randn(
-            VOCAB_SIZE, HIDDEN_SIZE, generator=gen
-        ),
-        "model.norm.weight": 1 + 0.1 * torch.randn(HIDDEN_SIZE, generator=gen),
-        "lm_head.weight": torch.randn(VOCAB_SIZE, HIDDEN_SIZE, generator=gen),
-    }
-    for i in range(num_layers):
-        weights.update(_decoder_layer(f"model.layers.{i}", gen))
-    return _write_model(
-        path, _config("LlamaForCausalLM", num_layers, context_len), weights
-    )
 
 
 def build_tiny_models(root: str) -> Dict[str, str]:
-    """Write the tiny models (config.json + model.safetensors) and a token map
-    under ``root``; return their paths. Deterministic; no hub, no network."""
-    import torch
-
-    paths = {}
-
-    paths["target"] = _write_plain_llama(
-        os.path.join(root, "target"), 2, TARGET_CONTEXT_LEN, seed=1000
-    )
-
-    # EAGLE (v1) draft, EAGLE checkpoint naming: no "model." prefix, layer 0
-    # without input_layernorm, fc over [embeds, target hidden].
-    gen = torch.Generator().manual_seed(2000)
-    weights = {
-        "embed_tokens.weight": torch.randn(VOCAB_SIZE, HIDDEN_SIZE, generator=gen),
-        "fc.weight": torch.randn(HIDDEN_SIZE, 2 * HIDDEN_SIZE, generator=gen),
-        "lm_head.weight": torch.randn(VOCAB_SIZE, HIDDEN_SIZE, generator=gen),
-    }
-    weights.update(_decoder_layer("layers.0", gen, input_layernorm=False))
-    paths["EAGLE"] = _write_model(
-        os.path.join(root, "eagle"),
-        _config("LlamaForCausalLMEagle", 1, DRAFT_CONTEXT_LENS["EAGLE"]),
-        weights,
-    )
-
-    # EAGLE3 draft: one "midlayer" over [embeds, hidden] (2x input), fc over
-    # three aux hidden states, reduced draft vocab with a d2t map.
-    gen = torch.Generator().manual_seed(3000)
-    draft_vocab = VOCAB_SIZE // 2
-    hot_ids = torch.arange(0, VOCAB_SIZE, 2)
-    weights = {
-        "fc.weight": torch.randn(HIDDEN_SIZE, 3 * HIDDEN_SIZE, generator=gen),
-        "norm.weight": 1 + 0.1 * torch.randn(HIDDEN_SIZE, generator=gen),
-        "lm_head.weight": torch.randn(draft_vocab, HIDDEN_SIZE, generator=gen),
-        "midlayer.hidden_norm.weight": 1
-        + 0.1 * torch.randn(HIDDEN_SIZE, generator=gen),
-        "d2t": (hot_ids - torch.arange(draft_vocab)).to(torch.int64),
-        "t2d": torch.zeros(VOCAB_SIZE, dtype=torch.bool).index_fill_(0, hot_ids, True),
-    }
-    weights.update(_decoder_layer("midlayer", gen, qkv_in=2 * HIDDEN_SIZE))
-    paths["EAGLE3"] = _write_model(
-        os.path.join(root, "eagle3"),
-        _config(
-            "LlamaForCausalLMEagle3",
-            1,
-            DRAFT_CONTEXT_LENS["EAGLE3"],
-            draft_vocab_size=draft_vocab,
-        ),
-        weights,
-    )
-
-    # STANDALONE draft: a plain, smaller Llama.
-    paths["STANDALONE"] = _write_plain_llama(
-        os.path.join(root, "standalone"), 1, DRAFT_CONTEXT_LENS["STANDALONE"], 4000
-    )
-
-    # FROZEN_KV_MTP draft: its worker (FrozenKVMTPDraftWorker) takes any
-    # causal LM; production drafts are Gemma-4 assistants, a plain Llama is
-    # what can be built here. Its own weights and context length.
-    paths["FROZEN_KV_MTP"] = _write_plain_llama(
-        os.path.join(root, "frozen_kv_mtp"),
-        1,
-        DRAFT_CONTEXT_LENS["FROZEN_KV_MTP"],
-        5000,
-    )
-
-    paths["token_map"] = os.path.join(root, "hot_token_map.pt")
-    torch.save(list(range(TOKEN_MAP_SIZE)), paths["token_map"])
-    return paths
+    """Write the cases' tiny models (``tiny_models.write_tiny_models``, in
+    bf16) and the hot-token map under ``root``; return their paths."""
+    return tiny_models.write_tiny_models(root, dtype=MODEL_DTYPE, names=MODELS)
 
 
 # --------------------------------------------------------------------------- #
@@ -298,12 +140,7 @@ def _install_kernel_stand_ins() -> None:
     inside a case subprocess, before sglang is imported; never a .pth file or
     sitecustomize.
     """
-    e2e = os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "e2e"
-    )
-    if e2e not in sys.path:
-        sys.path.insert(0, e2e)
-    import cpu_serving
+    import cpu_serving  # test/backport/e2e, on sys.path (above)
 
     cpu_serving.install_vllm_custom_ops_stand_in()
 
@@ -574,8 +411,8 @@ def _adaptive_states(instances) -> Optional[List[dict]]:
 
 
 def _run_case_here(spec: dict) -> dict:
-    """Body of the case subprocess."""
-    _install_kernel_stand_ins()
+    """Body of a case process (forked by ``_cases_main`` after ``_preimport``)."""
+    _install_kernel_stand_ins()  # installed already: a no-op
 
     import sglang
     import sglang.srt.server_args as server_args_module
@@ -773,27 +610,191 @@ def _run_case_here(spec: dict) -> dict:
     return result
 
 
-def _case_main(spec_path: str) -> None:
-    with open(spec_path) as f:
-        spec = json.load(f)
-    try:
-        result = _run_case_here(spec)
-    except BaseException as e:  # noqa: BLE001
-        result = {
-            "error": f"{type(e).__name__}: {e}",
-            "traceback": traceback.format_exc()[-6000:],
-        }
+def _preimport() -> None:
+    """What every case imports, imported once by the process that forks the
+    cases (``_cases_main``): the stand-in first, then sglang's scheduler and
+    the modules ``_run_case_here`` reads. Nothing is constructed or run."""
+    _install_kernel_stand_ins()
+
+    import sglang  # noqa: F401
+    import sglang.srt.managers.scheduler  # noqa: F401
+    import sglang.srt.model_executor.model_runner  # noqa: F401
+    import sglang.srt.runtime_context  # noqa: F401
+    import sglang.srt.server_args  # noqa: F401
+
+
+def _write_result(spec: dict, result: dict) -> None:
     with open(spec["result_path"], "w") as f:
         json.dump(result, f)
+
+
+def _run_forked_case(spec: dict) -> int:
+    """Fork one case process, wait for it (bounded by ``spec["timeout"]``),
+    return its exit status. The child writes its result and its output
+    (stdout and stderr, to ``spec["log_path"]``) and leaves with os._exit:
+    scheduler threads (watchdog, zmq) are not torn down."""
     sys.stdout.flush()
     sys.stderr.flush()
-    # Scheduler threads (watchdog, zmq) are not torn down: leave at once.
+    pid = os.fork()
+    if pid == 0:  # the case process
+        try:
+            log = os.open(spec["log_path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            os.chdir(spec["case_dir"])
+            try:
+                result = _run_case_here(spec)
+            except BaseException as e:  # noqa: BLE001
+                result = {
+                    "error": f"{type(e).__name__}: {e}",
+                    "traceback": traceback.format_exc()[-6000:],
+                }
+            _write_result(spec, result)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(0)
+    deadline = time.monotonic() + spec["timeout"]
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+
+
+def _cases_main(spec_paths: List[str]) -> None:
+    """The case runner: import sglang once, then run every case in a process
+    of its own, forked from this one, one after the other. Each case process
+    starts from the same state (sglang imported, nothing constructed, nothing
+    published) and shares nothing with the others."""
+    specs = []
+    for path in spec_paths:
+        with open(path) as f:
+            specs.append(json.load(f))
+    try:
+        _preimport()
+    except BaseException as e:  # noqa: BLE001
+        error = {
+            "error": f"importing sglang failed: {type(e).__name__}: {e}",
+            "traceback": traceback.format_exc()[-6000:],
+        }
+        for spec in specs:
+            _write_result(spec, error)
+        os._exit(0)
+    for spec in specs:
+        returncode = _run_forked_case(spec)
+        print(f"case {spec['name']}: exit status {returncode}", flush=True)
+        with open(spec["returncode_path"], "w") as f:
+            f.write(str(returncode))
+    sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(0)
 
 
 # --------------------------------------------------------------------------- #
 # Driver (parent side)
 # --------------------------------------------------------------------------- #
+
+
+def run_cases(
+    cases: Dict[str, dict],
+    python_path: Optional[str] = None,
+    models: Optional[Dict[str, str]] = None,
+    timeout: float = 600,
+) -> Dict[str, dict]:
+    """Run named cases, each in a process of its own, and return {name:
+    result} (JSON-able).
+
+    ``cases`` maps a name to the keyword arguments of ``case_argv`` past the
+    models (``algorithm``, ``draft_load_format``, ``token_map``,
+    ``json_model_override_args``, ``adaptive``). One subprocess imports
+    sglang once and forks a fresh process per case from that state (the
+    import is most of a case's cost on CPU); ``timeout`` bounds each case.
+    ``python_path`` is prepended to PYTHONPATH of the subprocess (e.g. a
+    directory holding an unpatched ``sglang`` package); None runs the sglang
+    the interpreter imports. ``models`` comes from ``build_tiny_models``; when
+    None the models are built into a temporary directory for this call.
+    A result holds the target's public ServerArgs fields at every stage
+    (``result["target"][stage]``), the published config's (``result["published"]``),
+    what the draft received (``result["draft"]``), weight checks
+    (``result["weights"]``) and the EPLB-style reload (``result["reload"]``).
+    """
+    with tempfile.TemporaryDirectory(prefix="sgl-real-construction-") as tmp:
+        if models is None:
+            models = build_tiny_models(os.path.join(tmp, "models"))
+        spec_paths = []
+        specs = {}
+        for i, (name, options) in enumerate(cases.items()):
+            options = dict(options)
+            algorithm = options.pop("algorithm").upper()
+            if algorithm not in ALGORITHMS:
+                raise ValueError(f"algorithm must be one of {ALGORITHMS}")
+            options.setdefault(
+                "json_model_override_args", USER_JSON_MODEL_OVERRIDE_ARGS
+            )
+            case_dir = os.path.join(tmp, f"case-{i}")
+            os.makedirs(case_dir)
+            spec = {
+                "name": name,
+                "algorithm": algorithm,
+                "models": models,
+                "argv": case_argv(algorithm, models, **options),
+                "json_model_override_args": options["json_model_override_args"],
+                "case_dir": case_dir,
+                "result_path": os.path.join(case_dir, "result.json"),
+                "returncode_path": os.path.join(case_dir, "returncode"),
+                "log_path": os.path.join(case_dir, "output.log"),
+                "timeout": timeout,
+            }
+            spec_path = os.path.join(case_dir, "spec.json")
+            with open(spec_path, "w") as f:
+                json.dump(spec, f)
+            spec_paths.append(spec_path)
+            specs[name] = spec
+
+        env = dict(os.environ)
+        env.update(CPU_CONSTRUCTION_ENV)
+        # Absolute entries: the subprocess runs in a temporary directory.
+        entries = [python_path] if python_path else []
+        entries += [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if entries:
+            env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in entries)
+        proc = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--case-specs", *spec_paths],
+            env=env,
+            cwd=tmp,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            # Importing sglang, then every case.
+            timeout=300 + timeout * len(specs),
+        )
+        results = {}
+        for name, spec in specs.items():
+            output = ""
+            if os.path.exists(spec["log_path"]):
+                with open(spec["log_path"], errors="replace") as f:
+                    output = f.read()
+            if not os.path.exists(spec["result_path"]):
+                raise RuntimeError(
+                    f"case {name} produced no result (case runner rc="
+                    f"{proc.returncode}); case output tail:\n{output[-4000:]}\n"
+                    f"runner output tail:\n{proc.stdout[-3000:]}"
+                )
+            with open(spec["result_path"]) as f:
+                result = json.load(f)
+            returncode = None
+            if os.path.exists(spec["returncode_path"]):
+                with open(spec["returncode_path"]) as f:
+                    returncode = int(f.read())
+            result["returncode"] = returncode
+            result["output_tail"] = output[-3000:]
+            results[name] = result
+        return results
 
 
 def run_case(
@@ -805,73 +806,16 @@ def run_case(
     json_model_override_args: Optional[str] = USER_JSON_MODEL_OVERRIDE_ARGS,
     adaptive: bool = False,
     timeout: float = 600,
-    log_path: Optional[str] = None,
 ) -> dict:
-    """Run one case in a fresh subprocess and return its result (JSON-able).
-
-    ``python_path`` is prepended to PYTHONPATH of the subprocess (e.g. a
-    directory holding an unpatched ``sglang`` package); None runs the sglang
-    the interpreter imports. ``models`` comes from ``build_tiny_models``; when
-    None the models are built into a temporary directory for this call.
-    The result holds the target's public ServerArgs fields at every stage
-    (``result["target"][stage]``), the published config's (``result["published"]``),
-    what the draft received (``result["draft"]``), weight checks
-    (``result["weights"]``) and the EPLB-style reload (``result["reload"]``).
-    """
-    algorithm = algorithm.upper()
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {ALGORITHMS}")
-    with tempfile.TemporaryDirectory(prefix="sgl-real-construction-") as tmp:
-        if models is None:
-            models = build_tiny_models(os.path.join(tmp, "models"))
-        argv = case_argv(
-            algorithm,
-            models,
-            draft_load_format,
-            token_map,
-            json_model_override_args,
-            adaptive,
-        )
-        spec = {
-            "algorithm": algorithm,
-            "models": models,
-            "argv": argv,
-            "json_model_override_args": json_model_override_args,
-            "result_path": os.path.join(tmp, "result.json"),
-        }
-        spec_path = os.path.join(tmp, "spec.json")
-        with open(spec_path, "w") as f:
-            json.dump(spec, f)
-
-        env = dict(os.environ)
-        env.update(CPU_CONSTRUCTION_ENV)
-        # Absolute entries: the subprocess runs in a temporary directory.
-        entries = [python_path] if python_path else []
-        entries += [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        if entries:
-            env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in entries)
-        proc = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), "--case-spec", spec_path],
-            env=env,
-            cwd=tmp,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=timeout,
-        )
-        if log_path:
-            with open(log_path, "w") as f:
-                f.write(proc.stdout)
-        if not os.path.exists(spec["result_path"]):
-            raise RuntimeError(
-                f"case {algorithm} subprocess produced no result "
-                f"(rc={proc.returncode}); output tail:\n{proc.stdout[-6000:]}"
-            )
-        with open(spec["result_path"]) as f:
-            result = json.load(f)
-        result["returncode"] = proc.returncode
-        result["output_tail"] = proc.stdout[-3000:]
-        return result
+    """``run_cases`` of this one case: its result."""
+    case = dict(
+        algorithm=algorithm,
+        draft_load_format=draft_load_format,
+        token_map=token_map,
+        json_model_override_args=json_model_override_args,
+        adaptive=adaptive,
+    )
+    return run_cases({"case": case}, python_path, models, timeout)["case"]
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -881,10 +825,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--token-map", action="store_true")
     parser.add_argument("--adaptive", action="store_true")
     parser.add_argument("--pythonpath", default=None)
-    parser.add_argument("--case-spec", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--case-specs", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.case_spec:
-        _case_main(args.case_spec)
+    if args.case_specs:
+        _cases_main(args.case_specs)
         return
     if not args.algorithm:
         parser.error("algorithm is required")

@@ -1,12 +1,14 @@
 """Real construction on CPU: the scheduler builds the target and the draft for
 real, from tiny local models, and the target keeps its own config.
 
-Each case runs in its own subprocess (``real_construction_support.run_case``):
-the launcher's own ``prepare_server_args`` resolves the config, then the real
+Each case runs in a process of its own (``real_construction_support.run_cases``:
+one subprocess imports sglang once and forks a fresh process per case): the
+launcher's own ``prepare_server_args`` resolves the config, then the real
 ``Scheduler.__init__`` builds the target ``TpModelWorker`` (weights loaded from
-safetensors files written by this module), the real draft worker through
-``Scheduler.maybe_init_draft_worker``, both KV pools, both attention backends
-and (CPU: nothing to capture) the CUDA graphs, then finishes its ``__init__``.
+safetensors files written by ``test/backport/e2e/tiny_models.py``), the real
+draft worker through ``Scheduler.maybe_init_draft_worker``, both KV pools, both
+attention backends and (CPU: nothing to capture) the CUDA graphs, then
+finishes its ``__init__``.
 Nothing in the model-loading path is stubbed. Snapshots of the target's
 ``ServerArgs`` and of the published config (``get_server_args()``) are taken
 after every step, and a profile hook notes what is published when the draft's
@@ -45,7 +47,7 @@ from sglang.test.test_utils import CustomTestCase
 
 register_cpu_ci(est_time=90, suite="stage-a-test-cpu")
 
-# Two cases per algorithm, each run once per module, in its own subprocess:
+# Two cases per algorithm, each in a process of its own:
 #   "plain": the draft loads its weights from its files;
 #   "dummy": --speculative-draft-load-format dummy and --speculative-token-map.
 # Both pass the user's own --json-model-override-args on the target.
@@ -53,6 +55,10 @@ _VARIANTS = {
     "plain": dict(draft_load_format=None, token_map=False),
     "dummy": dict(draft_load_format="dummy", token_map=True),
 }
+
+# EAGLE only: --speculative-adaptive, whose runtime states are built (with the
+# target's attention backend for each step count) during construction.
+_ADAPTIVE = dict(adaptive=True)
 
 _models_dir = None
 
@@ -65,17 +71,27 @@ def _models():
     return support.build_tiny_models(_models_dir)
 
 
-# EAGLE only: --speculative-adaptive, whose runtime states are built (with the
-# target's attention backend for each step count) during construction.
-_ADAPTIVE = dict(adaptive=True)
-
-
 @functools.lru_cache(maxsize=None)
+def _results():
+    """Every case of this module, run once, at the first class that needs one:
+    one subprocess imports sglang once and forks a fresh process per case
+    (``support.run_cases``). The subprocess imports the same sglang as this
+    process (PYTHONPATH is inherited), so PYTHONPATH=.build/pristine runs the
+    unpatched package."""
+    cases = {
+        (algorithm, variant): dict(algorithm=algorithm, **options)
+        for algorithm in support.ALGORITHMS
+        for variant, options in _VARIANTS.items()
+    }
+    cases[("EAGLE", "adaptive")] = dict(algorithm="EAGLE", **_ADAPTIVE)
+    results = support.run_cases(
+        {f"{a}/{v}": options for (a, v), options in cases.items()}, models=_models()
+    )
+    return {key: results[f"{key[0]}/{key[1]}"] for key in cases}
+
+
 def _case(algorithm, variant):
-    # The subprocess imports the same sglang as this process (PYTHONPATH is
-    # inherited), so PYTHONPATH=.build/pristine runs the unpatched package.
-    options = _ADAPTIVE if variant == "adaptive" else _VARIANTS[variant]
-    return support.run_case(algorithm, models=_models(), **options)
+    return _results()[(algorithm, variant)]
 
 
 def tearDownModule():
