@@ -4,9 +4,10 @@
 # Makes .venv/ (torch from local disk, sglang==0.5.16 without its CUDA
 # dependencies, the pinned extras in requirements/cpu.txt) and .build/pristine/
 # (the untouched sglang 0.5.16 package from the wheel: the unpatched side of
-# the demonstration and of the regression proof). A second run with nothing
-# changed does nothing and says so. `setup.sh --pristine-only` makes only
-# .build/pristine.
+# the demonstration and of the regression proof), and the sglang 0.5.17 wheel
+# in .build/wheels (the apply tool's test merges it into a patched fork). A
+# second run with nothing changed does nothing and says so.
+# `setup.sh --pristine-only` makes only .build/pristine.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -14,6 +15,7 @@ cd "$ROOT"
 
 PYTHON=${PYTHON:-python3.11}
 SGLANG_VERSION=0.5.16
+NEXT_VERSION=0.5.17
 # CUDA builds that run on the CPU; both lie on this machine's disk, so pip
 # takes them without a multi-GB download. The CPU-only torch wheel on disk has
 # no matching torchvision, and sglang 0.5.16 imports torchvision.
@@ -54,6 +56,16 @@ EOF
     touch "$PRISTINE/.complete"
 }
 
+next_wheel_ok() { ls .build/wheels/sglang-"$NEXT_VERSION"-*.whl >/dev/null 2>&1; }
+
+# The next release's wheel, with $1 -m pip; the test that needs it says so without it.
+fetch_next_wheel() {
+    log "downloading the sglang $NEXT_VERSION wheel into .build/wheels"
+    "$1" -m pip --disable-pip-version-check -q download --no-deps \
+        "sglang==$NEXT_VERSION" -d .build/wheels 2> >(grep -v '^WARNING: Location' >&2) ||
+        log "could not download sglang $NEXT_VERSION; the fork tool's merge test will skip"
+}
+
 # --pristine-only: just the release's files (what scripts/fork/apply_to_fork.py
 # needs to give a fork the merge base), with any python3 that has pip.
 if [ "${1:-}" = --pristine-only ]; then
@@ -66,7 +78,7 @@ if [ "${1:-}" = --pristine-only ]; then
 fi
 
 want=$(stamp_value)
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && pristine_ok; then
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && pristine_ok && next_wheel_ok; then
     log "up to date, nothing to do ($VENV, $PRISTINE)"
     exit 0
 fi
@@ -100,6 +112,7 @@ fi
 if ! pristine_ok; then
     unpack_pristine "$VENV/bin/python"
 fi
+next_wheel_ok || fetch_next_wheel "$VENV/bin/python"
 
 "$VENV/bin/python" -c "import sglang.srt.server_args, sglang.srt.managers.scheduler" \
     2>/dev/null || {

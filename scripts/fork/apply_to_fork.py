@@ -3,15 +3,13 @@
 
     python3 scripts/fork/apply_to_fork.py [--revert] FORK
 
-Applying makes one commit per patch on FORK's branch, as `git am -3` does, where
-the code has neither it, upstream's fix, a part of it (refused) nor commits of
-another Backport-Revision (revert first); .build/pristine gives git the v0.5.16
-files a 3-way merge needs. --revert reverts the commits with this backport's
-Backport-Of trailer, newest first: the way to v0.5.17 or another revision. Each
-runs in a temporary worktree first and names every conflict, then fast-forwards
-the branch, index and work tree, or restores them. Exit 0 done or nothing to do;
-1 refused, nothing changed (objects aside); 2 usage; 3 not restored. Errors are
-one line on stderr, "apply: error: ...", then git's words, indented.
+Applying: one commit per patch, as `git am -3` makes it, unless the fork's code
+has the fix (this backport's, upstream's), a part of it, or its commits of
+another Backport-Revision (revert first); .build/pristine supplies the v0.5.16
+files a 3-way merge needs. --revert: `git revert` of the commits with its
+Backport-Of trailer, newest first; the way to v0.5.17. Both try it in a temporary
+worktree, name every conflict, then fast-forward the fork. Exit 0 done or nothing
+to do; 1 refused, nothing changed; 2 usage; 3 not restored. Errors: "apply: error:"
 """
 
 import argparse
@@ -75,23 +73,22 @@ adds = lambda p, f, c: any(g == f and c in a for g, a in p.lines)  # noqa: E731
 found = lambda sites, texts: [w for f, c, w in sites if c in texts[f]]  # noqa: E731
 
 
-def git(cwd, cmd: str, *args, env=None, input=None) -> subprocess.CompletedProcess:
+def git(cwd, cmd: str, *args, env=None, input=None, check=False):
     env = {**{k: v for k, v in os.environ.items() if k not in LOCATION}, **(env or {})}
     env.update(
         LC_ALL="C", GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", GIT_EDITOR=":"
     )
     argv, text = ["git", "-C", cwd, *cmd.split(), *args], dict(errors="replace")
     try:  # file contents need not be UTF-8
-        return subprocess.run(argv, env=env, input=input, capture_output=True, **text)
+        run = subprocess.run(argv, env=env, input=input, capture_output=True, **text)
     except FileNotFoundError:
         raise Refused("git is not on PATH; install git and run this again") from None
-
-
-def out(cwd, cmd: str, *args, **kwargs) -> str:
-    run = git(cwd, cmd, *args, **kwargs)
-    if run.returncode != 0:
+    if check and run.returncode != 0:
         raise Refused(f"git {cmd} failed in {q(cwd)}{NOTHING}:{indented(run.stderr)}")
-    return run.stdout.strip()
+    return run
+
+
+out = lambda *args, **kwargs: git(*args, check=True, **kwargs).stdout.strip()  # noqa
 
 
 def parse_patch(path: Path) -> Record:
@@ -131,8 +128,7 @@ def locate_fork(arg: str) -> Record:
     if not probe.stdout.startswith("true\n"):
         bare = " (a bare repository or a .git directory)" * bool(probe.stdout)
         said = f"; git said:{indented(probe.stderr)}" * bool(probe.returncode)
-        fix = "pass a checkout of your SGLang fork (`git clone <its URL>` makes one)"
-        raise Refused(f"{q(arg)} is not in a git work tree{bare}; {fix}{said}")
+        raise Refused(f"{q(arg)} is not in a git work tree{bare}; pass your fork{said}")
     git_dir, top = probe.stdout.split("\n")[1], out(arg, "rev-parse --show-toplevel")
     fork = Record(top=Path(top), q=q(top), cd=f"cd {q(top)} &&")
     fork.git = lambda cmd, *args, **kwargs: git(top, cmd, *args, **kwargs)
@@ -145,13 +141,12 @@ def locate_fork(arg: str) -> Record:
             raise Refused(f"a git {op} is in progress in {fork.q}; {stop}")
     fork.branch = fork.git("symbolic-ref -q HEAD").stdout.strip()
     fork.head = fork.git("rev-parse -q --verify HEAD^{commit}").stdout.strip()
-    switch = f"switch to your fork's branch (`{fork.cd} git switch <branch>`)"
-    if not fork.head:
-        branch = f"the branch {fork.branch[11:]} of {fork.q}"
-        raise Refused(f"{branch} has no commit yet; {switch}")
-    if not fork.branch:
-        new = f"or make one (`{fork.cd} git switch -c sglang-draft-isolation`)"
-        raise Refused(f"HEAD of {fork.q} is detached; {switch} {new}")
+    switch = f"switch to your fork's branch (`{fork.cd} git switch <branch>`) or "
+    switch += f"make one (`{fork.cd} git switch -c sglang-draft-isolation`)"
+    if not fork.head or not fork.branch:
+        where = f"the branch {fork.branch[11:]} of {fork.q} has no commit yet"
+        where = where if not fork.head else f"HEAD of {fork.q} is detached"
+        raise Refused(f"{where}; {switch}")
     dirty = [t[3:] for t in fork.git("status --porcelain -uno").stdout.splitlines()]
     if dirty:
         files = ", ".join(dirty[:10]) + " ..." * (len(dirty) > 11)
@@ -164,9 +159,7 @@ def texts_at(fork, rev: str, paths) -> dict:  # path -> its text at rev, or ""
     return {p: fork.git("show", f"{rev}:{p}").stdout for p in dict.fromkeys(paths)}
 
 
-def backport_commits(fork) -> list:
-    """[(sha, Backport-Revision)] of this backport's commits in HEAD that no
-    later revert undid, newest first."""
+def backport_commits(fork) -> list:  # [(sha, revision)] in HEAD, not reverted
     trailer = "%(trailers:key=Backport-{},valueonly,separator=%x01)%x00"
     fmt = f"--format=%H%x00{trailer.format('Of')}{trailer.format('Revision')}"
     grep = f"--grep=^Backport-Of: {BACKPORT_OF}$"
@@ -225,8 +218,7 @@ def missing_patches(fork, series: list) -> list:  # those the fork lacks, or ref
     return missing
 
 
-def supply_bases(fork, patches: list) -> list:
-    """Give the fork's object store v0.5.16's blobs the patches apply to."""
+def supply_bases(fork, patches: list) -> list:  # v0.5.16's blobs, for a 3-way am
     made = {b for p in patches for b in p.post}
     wanted = {b: f for p in patches for f, b in p.pre.items() if b not in made}
     check = fork.git("cat-file --batch-check", input="\n".join([*wanted, ""]))
@@ -238,9 +230,7 @@ def supply_bases(fork, patches: list) -> list:
         (supplied if ours else lacking).append(wanted[blob])
         out(fork.top, hash_it + " -w", release) if ours else None
     if supplied:
-        say(
-            f"gave git v0.5.16's {len(supplied)} file(s) for a 3-way merge (objects only)"
-        )
+        say(f"gave git v0.5.16's {len(supplied)} file(s) to merge 3-way (objects only)")
     return lacking
 
 
@@ -256,8 +246,7 @@ def unmerged(fork, tree: Path) -> dict:  # the trial's conflicting files: why
 
 
 def trial(fork, paths, cmd: str, args: list, what: str, step_files) -> Record:
-    """`git cmd args` in a temporary worktree of HEAD, `paths` checked out; at a
-    conflict, note it (step_files), commit it as it is, go on; then refuse."""
+    """`git cmd args` in a temporary worktree, noting each conflict, then refuse."""
     tmp = Path(tempfile.mkdtemp(prefix="sglang-backport-trial-"))
     tree, paths, conflicts, verb = tmp / "fork", set(paths), [], cmd.split()[0]
     head = fork.head
@@ -276,9 +265,10 @@ def trial(fork, paths, cmd: str, args: list, what: str, step_files) -> Record:
             step = next((m.read_text().strip() for m in marks if m.is_file()), None)
             no_base = re.search("lacking or useless|lacks necessary blobs", said)
             if step is None or not (files or no_base):
-                where = f"{cmd} failed in a trial run in a temporary worktree"
-                why = "(a hook or a git setting of the fork?)"
-                raise Refused(f"git {where} {why}{NOTHING}; git said:{indented(said)}")
+                where = (
+                    f"{cmd} failed in a trial run (a hook or a setting of the fork?)"
+                )
+                raise Refused(f"git {where}{NOTHING}; git said:{indented(said)}")
             conflicts.append(step_files(step, files))
             log += run.stdout
             git(tree, "add -A --", *files) if files else None
@@ -308,14 +298,14 @@ def fast_forward(fork, head: Record, done: str) -> None:  # or restore the fork
     added, top = [Path(a) for a in added.stdout.split("\0") if a], fork.top
     created = {p: os.path.lexists(top / p) for a in added for p in [a, *a.parents]}
     fork.git("update-index -q --refresh")
+    back = f"`{fork.cd} git reset --hard {fork.head[:12]}`"
     step = fork.git("read-tree -m -u", fork.head, head.sha)
     if not step.returncode:
         update = ("-m apply_to_fork.py", fork.branch, head.sha, fork.head)
         step = fork.git("update-ref", *update)
     if not step.returncode:
         fork.git("update-ref ORIG_HEAD", fork.head)
-        undo = f"`{fork.cd} git reset --hard {fork.head[:12]}`"
-        say(f"{done} branch {fork.branch[11:]} of {fork.q} (undo: {undo}):")
+        say(f"{done} branch {fork.branch[11:]} of {fork.q} (undo: {back}):")
         log = fork.git("log --reverse --format=%h%x20%s", f"{fork.head}..")
         return print(indented(log.stdout)[1:])
     fork.git("update-ref", fork.branch, fork.head)  # restore the branch, the
@@ -326,10 +316,8 @@ def fast_forward(fork, head: Record, done: str) -> None:  # or restore the fork
     index.write_bytes(saved) if saved is not None else None
     failed = f"writing into {fork.q} failed (git {step.args[3]}:{indented(step.stderr)}"
     if before != [fork.git(view).stdout for view in views]:
-        back = f"`{fork.cd} git reset --hard {fork.head[:12]}`"
         raise NotRestored(f"{failed}), and it could not be restored; get back: {back}")
-    head = f"HEAD {fork.head[:12]}, index and work tree"
-    raise Refused(f"{failed}); it was restored as it was ({head}){NOTHING}")
+    raise Refused(f"{failed}); it was restored as it was{NOTHING}")
 
 
 def apply(fork_arg: str) -> int:
@@ -350,17 +338,15 @@ def apply(fork_arg: str) -> int:
     fetch = f"`{fork.cd} git fetch {UPSTREAM_REPO} v0.5.16`"
     what += f" (for {WHY['']}: run {setup} or {fetch});" if lacking else ";"
     head = trial(fork, paths, "am -3", [p.path for p in patches], what, step_files)
-    done = f"applied {len(patches)} of the {len(series)} patches, one commit each, to"
-    fast_forward(fork, head, done)
+    fast_forward(fork, head, f"applied {len(patches)} of the {len(series)} patches to")
     steps = zip(patches, head.log.split("Applying: ")[1:])
     merged = ", ".join(p.name for p, step in steps if "3-way merge" in step)
     if merged:
         review = f"`{fork.cd} git log -p {fork.head[:12]}..`"
         say(f"merged 3-way with your fork's changes: {merged}; review them ({review})")
     tests = sorted(q(c) for p in series for c in p.created if TEST_FILE.match(c))
-    if tests:
-        say("run the shipped tests on the fork's own tree, in its Python environment:")
-        print(f"    {fork.cd} PYTHONPATH=python python3 -m pytest {' '.join(tests)}")
+    say("run the shipped tests on the fork's own tree, in its Python environment:")
+    print(f"    {fork.cd} PYTHONPATH=python python3 -m pytest {' '.join(tests)}")
     return 0
 
 
@@ -384,7 +370,7 @@ def revert(fork_arg: str) -> int:
     gone = [f"no draft write in {w}" for f, c, w in BUG_SITES if c not in left[f]]
     left = ", ".join(found(OURS, left) + gone * bool(commits))
     if left:
-        where = f"after reverting {len(commits)} commit(s)" if commits else "in none"
+        where = f"after reverting {len(commits)}" if commits else "in none"
         find = f"`{fork.cd} git log {q('-S' + OURS[0][1])} -- {OURS[0][0]}`"
         fix = f"this backport's fix ({left}) {where} of its commits with the trailer"
         hand = f"squashed, or applied by hand; revert it by hand (find it: {find})"
@@ -393,8 +379,7 @@ def revert(fork_arg: str) -> int:
         why = f"no commit of this backport ({trailer}) that is not reverted"
         return say(f"nothing to revert: {fork.q} has {why}; nothing to do") or 0
     fast_forward(fork, head, f"reverted {len(commits)} commit(s), newest first, on")
-    again = f"(`python3 {q(TOOL)} {fork.q}`)"
-    say(f"merge upstream's release now, or apply patches/ again {again}")
+    say(f"now merge v0.5.17, or apply again (`python3 {q(TOOL)} {fork.q}`)")
     return 0
 
 
