@@ -19,7 +19,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 RATCHET = os.path.join(ROOT, "scripts", "ratchet", "writer_ratchet.py")
 
 
-class TestServerArgsWriterRatchet(CustomTestCase):
+class TestServerArgsWriteSitesRatchet(CustomTestCase):
     def test_no_change_adds_a_site_that_writes_onto_a_server_args(self):
         proc = subprocess.run(
             [sys.executable, RATCHET],
