@@ -58,12 +58,11 @@ EOF
 
 next_wheel_ok() { ls .build/wheels/sglang-"$NEXT_VERSION"-*.whl >/dev/null 2>&1; }
 
-# The next release's wheel, with $1 -m pip; the test that needs it says so without it.
+# The next release's wheel, with $1 -m pip.
 fetch_next_wheel() {
     log "downloading the sglang $NEXT_VERSION wheel into .build/wheels"
     "$1" -m pip --disable-pip-version-check -q download --no-deps \
-        "sglang==$NEXT_VERSION" -d .build/wheels 2> >(grep -v '^WARNING: Location' >&2) ||
-        log "could not download sglang $NEXT_VERSION; the fork tool's merge test will skip"
+        "sglang==$NEXT_VERSION" -d .build/wheels 2> >(grep -v '^WARNING: Location' >&2)
 }
 
 # --pristine-only: just the release's files (what scripts/fork/apply_to_fork.py
