@@ -628,6 +628,19 @@ def _write_result(spec: dict, result: dict) -> None:
         json.dump(result, f)
 
 
+def _remove_own_shm_files() -> None:
+    """Remove the /dev/shm files this process holds open: the scheduler's load
+    snapshot (``/dev/shm/sglang_loads_<instance>.shm``), which sglang never
+    removes and os._exit leaves behind."""
+    import cpu_serving  # test/backport/e2e, on sys.path (above)
+
+    for path in cpu_serving._shm_files([os.getpid()]):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
 def _run_forked_case(spec: dict) -> int:
     """Fork one case process, wait for it (bounded by ``spec["timeout"]``),
     return its exit status. The child writes its result and its output
@@ -650,6 +663,7 @@ def _run_forked_case(spec: dict) -> int:
                     "traceback": traceback.format_exc()[-6000:],
                 }
             _write_result(spec, result)
+            _remove_own_shm_files()
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
