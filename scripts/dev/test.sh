@@ -10,13 +10,16 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 
 bash scripts/dev/setup.sh
+# Two workers; each file runs in one, and the tests that start servers share
+# one (test/conftest.py).
+PYTEST=(.venv/bin/python -m pytest -n 2 --dist loadgroup)
 bash scripts/dev/patches.sh check
 bash scripts/dev/patches.sh apply
 
 echo "== regression tests against the unpatched sglang 0.5.16 (.build/pristine): each must fail"
 log=.build/regression-unpatched.log
 set +e
-PYTHONPATH="$ROOT/.build/pristine" .venv/bin/python -m pytest -m regression -q --tb=line \
+PYTHONPATH="$ROOT/.build/pristine" "${PYTEST[@]}" -m regression -q --tb=line \
     --junitxml=.build/regression-unpatched.xml >"$log" 2>&1
 set -e
 .venv/bin/python scripts/dev/check_regressions_fail.py .build/regression-unpatched.xml || {
@@ -25,4 +28,4 @@ set -e
 }
 
 echo "== every test against the patched install"
-exec .venv/bin/python -m pytest -q "$@"
+exec "${PYTEST[@]}" -q "$@"

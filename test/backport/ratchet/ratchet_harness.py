@@ -108,22 +108,9 @@ def make_v0_5_16_fork(path, fork_change=None):
 
 
 def apply_series(fork):
-    """``git am -3 patches/*.patch``, as the maintainer does. The ratchet's
-    patch is made from this repository's ratchet files (the script and the
-    shipped check test); where patches/ lags behind them, one more commit
-    gives the fork the files as they are here. The tree at the commit that
-    added the ratchet, the default baseline, is the same either way."""
+    """``git am -3 patches/*.patch``, as the maintainer does."""
     names = sorted(n for n in os.listdir(PATCHES) if n.endswith(".patch"))
     git(fork, "am", "-q", "-3", *(os.path.join(PATCHES, n) for n in names))
-    unit = os.path.join(fork, "test", "registered", "unit")
-    for name in os.listdir(unit) if os.path.isdir(unit) else ():
-        if "ratchet" in name and f"test/registered/unit/{name}" != SHIPPED_TEST:
-            git(fork, "rm", "-q", f"test/registered/unit/{name}")
-    for rel in ("scripts/ratchet/writer_ratchet.py", SHIPPED_TEST):
-        os.makedirs(os.path.dirname(os.path.join(fork, rel)), exist_ok=True)
-        shutil.copy(os.path.join(REPO, rel), os.path.join(fork, rel))
-    if git(fork, "status", "--porcelain"):
-        commit_all(fork, "scripts/ratchet: the ratchet files as this repo has them")
 
 
 def run_shipped_test(fork):
