@@ -21,22 +21,11 @@ SHIPPED_REGRESSION_TESTS = (
 )
 
 
-# Under pytest-xdist (scripts/dev/test.sh runs two workers with --dist
-# loadgroup) each file runs in one worker, and the tests that start sglang
-# servers or build models for real share one, so that two of them never compete
-# for this machine's two cores.
-SERVER_TESTS = (
-    "test/backport/e2e/",
-    "test/backport/spec/test_real_draft_construction_cpu.py",
-)
-
-
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
         "regression: pins the draft ServerArgs fix; fails on unpatched sglang 0.5.16",
     )
-    config.addinivalue_line("markers", "xdist_group(name): run in one xdist worker")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -44,12 +33,6 @@ def pytest_collection_modifyitems(config, items):
     collected_files = set()
     for item in items:
         collected_files.add(item.nodeid.split("::")[0])
-        group = (
-            "servers"
-            if item.nodeid.startswith(SERVER_TESTS)
-            else item.nodeid.split("::")[0]
-        )
-        item.add_marker(pytest.mark.xdist_group(group))
         for name in SHIPPED_REGRESSION_TESTS:
             if item.nodeid == name or item.nodeid.startswith(name + "::"):
                 item.add_marker(pytest.mark.regression)

@@ -10,9 +10,9 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 
 bash scripts/dev/setup.sh
-# Two workers; each file runs in one, and the tests that start servers share
-# one (test/conftest.py).
-PYTEST=(.venv/bin/python -m pytest -n 2 --dist loadgroup)
+# Two workers; each test file runs whole in one of them, so that a class's
+# server or model is set up once.
+PYTEST=(.venv/bin/python -m pytest -n 2 --dist loadfile)
 bash scripts/dev/patches.sh check
 bash scripts/dev/patches.sh apply
 
