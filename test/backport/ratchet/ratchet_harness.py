@@ -3,11 +3,14 @@ and as a module, throwaway sglang-like trees, and git forks.
 
 A fork here is a real git repository in fork layout (python/sglang/ from the
 untouched 0.5.16 package, .build/pristine/sglang) with this repository's
-series applied by ``git am -3``.
+series applied by ``git am -3``. It holds only the package files that the
+series edits or that have a writer site (``site_files``): the ratchet's
+verdicts depend on no other file, and each run then parses a tenth of the tree.
 """
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -88,16 +91,28 @@ def commit_all(repo, message):
     git(repo, "commit", "-q", "-m", message)
 
 
+def site_files():
+    """The package files (relative to python/sglang) the series edits, and
+    those with a writer site in the patched 0.5.16 (the recorded baseline)."""
+    with open(BASELINE, encoding="utf-8") as fh:
+        files = {row.split("\t")[0] for row in fh.read().splitlines()[1:]}
+    for name in os.listdir(PATCHES):
+        with open(os.path.join(PATCHES, name), encoding="utf-8") as fh:
+            diff = r"^diff --git a/python/sglang/(\S+) "
+            files.update(re.findall(diff, fh.read(), re.M))
+    return files
+
+
 def make_v0_5_16_fork(path, fork_change=None):
-    """A git repository in fork layout at sglang 0.5.16 (tag v0.5.16), then
-    one commit of the fork's own (``fork_change(path)``), if given."""
+    """A git repository in fork layout at sglang 0.5.16 (tag v0.5.16) holding
+    ``site_files()``, then one commit of the fork's own (``fork_change(path)``),
+    if given."""
     if not os.path.isfile(os.path.join(PRISTINE, "srt", "server_args.py")):
         raise RuntimeError(f"{PRISTINE} is missing; run scripts/dev/setup.sh")
-    shutil.copytree(
-        PRISTINE,
-        os.path.join(path, "python", "sglang"),
-        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-    )
+    for rel in site_files():
+        target = os.path.join(path, "python", "sglang", rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copy2(os.path.join(PRISTINE, rel), target)
     git(path, "init", "-q", "-b", "main")
     commit_all(path, "sglang 0.5.16")
     git(path, "tag", "v0.5.16")
@@ -114,13 +129,13 @@ def apply_series(fork):
 
 
 def run_shipped_test(fork):
-    """The shipped check test, from the fork's root with the fork's sglang:
-    (exit status, output)."""
-    env = dict(git_env(), PYTHONPATH="python")
+    """The shipped check test, from the fork's root: (exit status, output). It
+    checks the fork's python/sglang; its imports (sglang.test) come from the
+    installed sglang, as the fork holds only ``site_files()``."""
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", SHIPPED_TEST],
         cwd=fork,
-        env=env,
+        env=git_env(),
         capture_output=True,
         text=True,
         timeout=600,
