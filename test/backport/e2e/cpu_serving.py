@@ -57,6 +57,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -317,9 +318,19 @@ class ServerError(RuntimeError):
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below Linux's default ephemeral range (32768-60999). A port
+    from bind(0) is an ephemeral one, and the server binds its HTTP port last:
+    by then sglang's own get_free_port() (torch.distributed's port) or a local
+    end of one of its connections may have taken it ("address already in use",
+    and a server that never gets ready)."""
+    for port in random.sample(range(20000, 32000), 100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise ServerError("no free port in 20000-31999 on 127.0.0.1")
 
 
 def _shm_files(pids: List[int]) -> List[str]:
