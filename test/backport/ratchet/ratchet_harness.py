@@ -94,8 +94,7 @@ def commit_all(repo, message):
 def site_files():
     """The package files (relative to python/sglang) the series edits, and
     those with a writer site in the patched 0.5.16 (the recorded baseline)."""
-    with open(BASELINE, encoding="utf-8") as fh:
-        files = {row.split("\t")[0] for row in fh.read().splitlines()[1:]}
+    files = {site.file for site in load_ratchet().read_baseline(BASELINE)}
     for name in os.listdir(PATCHES):
         with open(os.path.join(PATCHES, name), encoding="utf-8") as fh:
             diff = r"^diff --git a/python/sglang/(\S+) "
