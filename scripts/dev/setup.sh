@@ -2,7 +2,8 @@
 # Idempotent set-up for this project on a CPU-only machine.
 #
 # Makes .venv/ (torch from local disk, sglang==0.5.16 without its CUDA
-# dependencies, the pinned extras in requirements/cpu.txt) and .build/pristine/
+# dependencies, the pinned extras in requirements/cpu.txt, the fork's pinned
+# linters in requirements/lint.txt) and .build/pristine/
 # (the untouched sglang 0.5.16 package from the wheel: the unpatched side of
 # the demonstration and of the regression proof), and the sglang 0.5.17 wheel
 # in .build/wheels (the apply tool's test merges it into a patched fork). A
@@ -29,7 +30,7 @@ log() { printf 'set-up: %s\n' "$*"; }
 stamp_value() {
     {
         echo "$SGLANG_VERSION $TORCH_PINS"
-        cat requirements/cpu.txt
+        cat requirements/cpu.txt requirements/lint.txt
     } | sha256sum | cut -d' ' -f1
 }
 
@@ -105,6 +106,8 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
     "${PIP[@]}" install --no-compile $TORCH_PINS 2> >(grep -v '^WARNING: Location' >&2)
     log "installing requirements/cpu.txt"
     "${PIP[@]}" install --no-compile -r requirements/cpu.txt 2> >(grep -v '^WARNING: Location' >&2)
+    log "installing requirements/lint.txt"
+    "${PIP[@]}" install --no-compile -r requirements/lint.txt 2> >(grep -v '^WARNING: Location' >&2)
     # Last, and without its dependencies (most are CUDA-only): pip checks the
     # dependencies of what is already installed only when it resolves some,
     # so installing sglang before the extras would print a page of

@@ -7,16 +7,20 @@ patches/*.patch`` as a fork maintainer runs it:
 
 - module-level import lines of the files the fix changes, edited as upstream
   edited them after 0.5.16 (``scheduler.py`` dropped ``get_server_args`` from
-  its ``runtime_context`` import; ``eagle_worker_v2.py`` and
-  ``draft_worker_common.py`` rewrote theirs): no hunk touches them, so the
-  series applies;
+  its ``runtime_context`` import; ``eagle_worker_v2.py`` rewrote its own): no
+  hunk touches them, so the series applies;
 - the lines around ``get_global_server_args()`` and ``_has_cli_arg`` in
   ``server_args.py`` as v0.5.17 has them: the helper sits next to lines
   0.5.15.post1, 0.5.16 and 0.5.17 share, so the series applies;
 - a comment inside ``if self.server_args.speculative_draft_load_format is not
   None:`` in ``Scheduler.maybe_init_draft_worker``, whose ``override`` the fix
-  deletes: the one genuine conflict, in ``scheduler.py`` only, which the
-  README says how to resolve.
+  deletes: a genuine conflict, in ``scheduler.py`` only;
+- ``draft_worker_common.py``'s ``runtime_context`` import line as v0.5.17 has
+  it: the fix drops ``get_server_args`` from that line (an unused import fails
+  SGLang's pre-commit), so a fork that rewrote it conflicts there, in that file
+  only.
+
+The README says how to resolve both conflicts.
 """
 
 import glob
@@ -95,18 +99,14 @@ class TestSeriesInDriftedForks(unittest.TestCase):
         fork = self.fork_with(
             (
                 "managers/scheduler.py",
-                "from sglang.srt.runtime_context import get_parallel, get_server_args\n",
+                "from sglang.srt.runtime_context import "
+                "get_parallel, get_server_args\n",
                 "from sglang.srt.runtime_context import get_parallel\n",
             ),
             (
                 "speculative/eagle_worker_v2.py",
                 "from sglang.srt.runtime_context import get_parallel\n",
                 "from sglang.srt.runtime_context import get_context, get_parallel\n",
-            ),
-            (
-                "speculative/draft_worker_common.py",
-                "from sglang.srt.runtime_context import get_context, get_server_args\n",
-                "from sglang.srt.runtime_context import get_context  # fork\n",
             ),
             (
                 "server_args.py",
@@ -136,22 +136,43 @@ class TestSeriesInDriftedForks(unittest.TestCase):
 
         self.assert_applies(fork)
 
-    def test_a_comment_in_the_draft_load_format_block_is_the_one_conflict(self):
-        fork = self.fork_with(
-            (
-                "managers/scheduler.py",
-                "        if self.server_args.speculative_draft_load_format is not None:\n",
-                "        if self.server_args.speculative_draft_load_format is not None:\n"
-                "            # The draft may load with its own format.\n",
-            ),
-        )
-
+    def assert_conflicts_only_in(self, fork, rel):
         am = self.git_am(fork)
 
         self.assertNotEqual(am.returncode, 0)
         conflicted = git(fork, "diff", "--name-only", "--diff-filter=U").stdout
-        self.assertEqual(conflicted.split(), [f"{SRT}/managers/scheduler.py"])
+        self.assertEqual(conflicted.split(), [f"{SRT}/{rel}"])
         git(fork, "am", "--abort")
+
+    def test_a_comment_in_the_draft_load_format_block_conflicts_in_the_scheduler(
+        self,
+    ):
+        fork = self.fork_with(
+            (
+                "managers/scheduler.py",
+                "        if self.server_args.speculative_draft_load_format"
+                " is not None:\n",
+                "        if self.server_args.speculative_draft_load_format"
+                " is not None:\n"
+                "            # The draft may load with its own format.\n",
+            ),
+        )
+
+        self.assert_conflicts_only_in(fork, "managers/scheduler.py")
+
+    def test_a_rewritten_runtime_context_import_conflicts_in_draft_worker_common(
+        self,
+    ):
+        fork = self.fork_with(
+            (
+                "speculative/draft_worker_common.py",
+                "from sglang.srt.runtime_context import get_context, get_server_args\n",
+                "from sglang.srt.runtime_context import get_context, get_schedule, "
+                "get_spec\n",
+            ),
+        )
+
+        self.assert_conflicts_only_in(fork, "speculative/draft_worker_common.py")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,223 @@
+"""A fork's own CI stays green with the series.
+
+A fork runs its tests through SGLang's runner, ``python3 test/run_suite.py
+--hw cpu --suite base-a-test-cpu``, which collects every file under
+``test/registered/`` and refuses to start when one registers to a suite it
+does not know; and its pre-commit runs ruff, black, isort and codespell at
+pinned versions. Both are checked on one fork made from the released wheel::
+
+    v0.5.16 --- 0001 --- 0002 --- 0003 --- 0004
+    (the wheel's python/sglang, the fork's     (git am -3 patches/*.patch)
+     linter configuration)
+
+- every test file the series adds registers, as the wheel's own
+  ``collect_tests`` reads it, to ``base-a-test-cpu``;
+- each linter, at the fork's pinned version, reports nothing on the files the
+  series touches that it did not report on the release's files.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from collections import Counter
+from importlib import metadata
+
+import pytest
+
+from sglang.test.ci.ci_register import HWBackend, collect_tests
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+PRISTINE = os.path.join(REPO, ".build", "pristine", "sglang")
+SERIES_DIR = os.path.join(REPO, "patches")
+BIN = os.path.dirname(sys.executable)
+IDENTITY = ("-c", "user.name=Fork Maintainer", "-c", "user.email=fork@example.invalid")
+
+# The per-commit CPU suites of SGLang's runner at the v0.5.16 cut: upstream's
+# test/run_suite.py, PER_COMMIT_SUITES[HWBackend.CPU]. Its validate_all_suites()
+# refuses every run when a registered file names any other CPU suite.
+PER_COMMIT_CPU_SUITES = (
+    "base-a-test-cpu",
+    "base-b-test-cpu",
+    "base-c-test-cpu",
+    "base-b-test-cpu-arm64",
+)
+# Where the fork's own spec and server-args unit tests register.
+SHIPPED_SUITE = "base-a-test-cpu"
+
+# The linters of the fork's .pre-commit-config.yaml at the v0.5.16 cut, and
+# how its hooks call them (ruff with --select=F401,F821,UP037 --fix; black and
+# isort with no arguments; codespell with --config .codespellrc).
+LINTER_PINS = {
+    "ruff": "0.15.1",
+    "black": "26.1.0",
+    "isort": "7.0.0",
+    "codespell": "2.4.1",
+}
+RUFF_RULES = "F401,F821,UP037"
+# Upstream's .isort.cfg at the root of the tree. Black has no configuration
+# there. Codespell runs here with no ignored words, which is stricter than the
+# fork's .codespellrc.
+ISORT_CFG = "[settings]\nprofile=black\nknown_first_party=sglang\n"
+CODESPELL_RC = "[codespell]\n"
+
+
+def git(cwd, *args):
+    """Run git in ``cwd``; fail the test with git's words if it fails."""
+    proc = subprocess.run(
+        ["git", *IDENTITY, *args], cwd=cwd, capture_output=True, text=True
+    )
+    if proc.returncode:
+        raise AssertionError(f"git {' '.join(args)}: {proc.stdout}{proc.stderr}")
+    return proc.stdout
+
+
+def make_fork(top):
+    """Make a v0.5.16 fork at ``top`` with the series applied by ``git am -3``."""
+    shutil.copytree(
+        PRISTINE,
+        os.path.join(top, "python", "sglang"),
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    with open(os.path.join(top, ".isort.cfg"), "w", encoding="utf-8") as fh:
+        fh.write(ISORT_CFG)
+    with open(os.path.join(top, ".codespellrc"), "w", encoding="utf-8") as fh:
+        fh.write(CODESPELL_RC)
+    git(top, "init", "-q", "-b", "main")
+    git(top, "add", "-A")
+    git(top, "commit", "-q", "-m", "sglang 0.5.16")
+    git(top, "tag", "v0.5.16")
+    series = sorted(
+        os.path.join(SERIES_DIR, name)
+        for name in os.listdir(SERIES_DIR)
+        if name.endswith(".patch")
+    )
+    git(top, "am", "-3", *series)
+
+
+def setUpModule():
+    global TMP, FORK, RELEASE, TOUCHED, ADDED
+    if not os.path.isdir(PRISTINE):
+        pytest.fail("no .build/pristine; run scripts/dev/setup.sh first")
+    TMP = tempfile.mkdtemp(prefix="fork-ci-")
+    FORK = os.path.join(TMP, "fork")
+    RELEASE = os.path.join(TMP, "release")
+    make_fork(FORK)
+    git(FORK, "worktree", "add", "-q", "--detach", RELEASE, "v0.5.16")
+    changes = git(FORK, "diff", "--name-status", "--no-renames", "v0.5.16", "HEAD")
+    rows = [line.split("\t") for line in changes.splitlines()]
+    TOUCHED = sorted(path for status, path in rows)
+    ADDED = sorted(path for status, path in rows if status == "A")
+
+
+def tearDownModule():
+    shutil.rmtree(TMP, ignore_errors=True)
+
+
+def run_linter(tree, *argv):
+    """Run one of the venv's linters in ``tree``; return its stdout and stderr."""
+    proc = subprocess.run(
+        [os.path.join(BIN, argv[0]), *argv[1:]],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+    )
+    return proc.stdout + proc.stderr
+
+
+def touched_files(tree, suffix=""):
+    """The files the series touches that ``tree`` has, ending in ``suffix``."""
+    return [
+        path
+        for path in TOUCHED
+        if path.endswith(suffix) and os.path.exists(os.path.join(tree, path))
+    ]
+
+
+class TestShippedTestsRegisterWhereTheForksRunnerRunsThem(unittest.TestCase):
+    def test_every_test_file_the_series_adds_registers_to_base_a_test_cpu(self):
+        tests = [p for p in ADDED if p.startswith("test/registered/")]
+        self.assertTrue(tests, "the series adds no test under test/registered/")
+
+        registries = collect_tests(
+            [os.path.join(FORK, p) for p in tests], sanity_check=True
+        )
+
+        found = {os.path.relpath(r.filename, FORK): r for r in registries}
+        self.assertEqual(sorted(found), tests)
+        for path, registry in found.items():
+            with self.subTest(path=path):
+                self.assertEqual(registry.backend, HWBackend.CPU)
+                self.assertIn(registry.effective_suite, PER_COMMIT_CPU_SUITES)
+                self.assertEqual(registry.effective_suite, SHIPPED_SUITE)
+                self.assertFalse(registry.nightly)
+                self.assertIsNone(registry.disabled)
+
+
+class TestTheForksLintersReportNothingNew(unittest.TestCase):
+    """Each linter's findings on the patched files, less those on the release's."""
+
+    def test_the_linters_are_the_forks_pinned_versions(self):
+        for name, version in LINTER_PINS.items():
+            with self.subTest(linter=name):
+                self.assertEqual(metadata.version(name), version)
+
+    def ruff_findings(self, tree):
+        out = run_linter(
+            tree,
+            "ruff",
+            "check",
+            "--no-cache",
+            f"--select={RUFF_RULES}",
+            "--output-format=json",
+            "--exit-zero",
+            *touched_files(tree, ".py"),
+        )
+        return Counter(
+            (os.path.relpath(f["filename"], tree), f["code"], f["message"])
+            for f in json.loads(out)
+        )
+
+    def test_ruff_reports_no_unused_import_or_undefined_name_the_series_added(self):
+        new = self.ruff_findings(FORK) - self.ruff_findings(RELEASE)
+
+        self.assertEqual(sorted(new), [])
+
+    def files_reported(self, tree, *argv):
+        """The touched files in ``tree`` that a linter's --check names."""
+        files = touched_files(tree, ".py")
+        out = run_linter(tree, *argv, *files)
+        return {path for path in files if path in out}
+
+    def test_black_would_reformat_no_file_the_series_touched(self):
+        argv = ("black", "--check")
+        new = self.files_reported(FORK, *argv) - self.files_reported(RELEASE, *argv)
+
+        self.assertEqual(sorted(new), [])
+
+    def test_isort_would_reorder_no_import_block_the_series_touched(self):
+        argv = ("isort", "--check-only")
+        new = self.files_reported(FORK, *argv) - self.files_reported(RELEASE, *argv)
+
+        self.assertEqual(sorted(new), [])
+
+    def codespell_findings(self, tree):
+        out = run_linter(tree, "codespell", *touched_files(tree))
+        # path:line: word ==> fix; the line number moves with the patch.
+        return Counter(
+            (line.split(":")[0], line.split(": ", 1)[1])
+            for line in out.splitlines()
+            if "==>" in line
+        )
+
+    def test_codespell_finds_no_misspelling_the_series_added(self):
+        new = self.codespell_findings(FORK) - self.codespell_findings(RELEASE)
+
+        self.assertEqual(sorted(new), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
