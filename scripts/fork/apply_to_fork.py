@@ -1,15 +1,27 @@
 #!/usr/bin/env python3
 """Apply this backport's patches/ to an SGLang v0.5.16 fork, or revert it.
 
-    python3 scripts/fork/apply_to_fork.py [--revert] FORK
+    python3 scripts/fork/apply_to_fork.py FORK            # apply
+    python3 scripts/fork/apply_to_fork.py --revert FORK   # take it out
 
-Applying: one commit per patch, as `git am -3` makes it, unless the fork's code
-has the fix (this backport's, upstream's), a part of it, or its commits of
-another Backport-Revision (revert first); .build/pristine supplies the v0.5.16
-files a 3-way merge needs. --revert: `git revert` of the commits with its
-Backport-Of trailer, newest first; the way to v0.5.17. Both try it in a temporary
-worktree, name every conflict, then fast-forward the fork. Exit 0 done or nothing
-to do; 1 refused, nothing changed; 2 usage; 3 not restored. Errors: "apply: error:"
+Applying makes one commit per patch, as `git am -3 patches/*.patch` does. It
+reads the fork's code first: a fork that has the fix (this backport's, in any
+revision, or upstream's own) is left alone, and one that has part of it, or
+this backport's commits of another Backport-Revision, is refused. Where the
+fork's history lacks v0.5.16's copy of a file a patch changes, the copy in
+.build/pristine is written into the fork's object store, so that the 3-way
+merge has its base.
+
+Reverting makes a `git revert` of each commit with this backport's
+Backport-Of trailer, newest first: the way to v0.5.17.
+
+Both run git in a temporary worktree of HEAD first, name every conflict at
+once, and only then move the fork's branch, index and work tree to the
+trial's commits. A refusal changes nothing.
+
+Exit status: 0 done, or nothing to do; 1 refused, nothing changed; 2 usage
+error; 3 a write failed and the fork could not be put back as it was.
+Messages start with "apply:"; an error is one line on stderr, "apply: error:".
 """
 
 import argparse
@@ -21,379 +33,1144 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace as Record
+from typing import Optional, Union
 
-ROOT, TOOL = Path(__file__).resolve().parents[2], Path(__file__).resolve()
-PATCHES, PRISTINE = ROOT / "patches", ROOT / ".build" / "pristine"
+StrPath = Union[str, Path]
+
+TOOL = Path(__file__).resolve()
+ROOT = TOOL.parents[2]  # this repository
+
+# The release line this tool serves: its series, the release's own files (the
+# merge bases a fork's history may lack) and the release's tag.
+SERIES_FOLDER = ROOT / "patches"
+PRISTINE = ROOT / ".build" / "pristine"
+RELEASE = "v0.5.16"
+
 UPSTREAM_REPO = "https://github.com/sgl-project/sglang"
-BACKPORT_OF, SRT = f"{UPSTREAM_REPO}/pull/33335", "python/sglang/srt/"
-OURS = (  # (file, code, what it is): this backport's own code
-    (SRT + "server_args.py", "def draft_server_args_copy(", "draft_server_args_copy()"),
-    (SRT + "runtime_context.py", "def scoped_server_args(", "scoped_server_args()"),
-)
-W = "eagle standalone multi_layer_eagle frozen_kv_mtp".split()  # v0.5.16's draft
-BUG_SITES = [("managers/scheduler.py", "scheduler.draft_load_format")]  # writes
-BUG_SITES += [(f"speculative/{w}_worker_v2.py", "match_target_context") for w in W]
-BUG_SITES = tuple((SRT + f, code, f.rsplit("/", 1)[1]) for f, code in BUG_SITES)
-UPSTREAM = (  # upstream's own fix: v0.5.17's, and that of later releases
-    (SRT + "speculative/draft_worker_common.py", "def draft_server_args_copy("),
-    (SRT + "model_executor/model_runner.py", "def _resolve_draft_load_format("),
-)
-UPSTREAM = tuple((f, code, f"{code[4:]}) in {f[len(SRT):]}") for f, code in UPSTREAM)
-IN_PROGRESS = "rebase-merge:rebase rebase-apply/applying:am rebase-apply:rebase"
-IN_PROGRESS += " MERGE_HEAD:merge BISECT_LOG:bisect CHERRY_PICK_HEAD:cherry-pick"
-IN_PROGRESS = dict(s.split(":") for s in f"{IN_PROGRESS} REVERT_HEAD:revert".split())
-LOCATION = "DIR WORK_TREE INDEX_FILE OBJECT_DIRECTORY COMMON_DIR PREFIX NAMESPACE"
-LOCATION = {f"GIT_{v}" for v in LOCATION.split() + ["ALTERNATE_OBJECT_DIRECTORIES"]}
-# A trial leaves only objects: no gc, no rr-cache, no hooks when it resumes.
+BACKPORT_OF = "https://github.com/sgl-project/sglang/pull/33335"
+TRAILER = f"`Backport-Of: {BACKPORT_OF}`"
+
+NOTHING_CHANGED = "nothing was changed"
+NO_BASE = f"no {RELEASE} base"
+
+# Why a file is in conflict, by the stages git left of it: 1 the merge base,
+# 2 the fork's HEAD, 3 the patch (or the revert).
+CONFLICT_REASONS = {
+    "123": "changed in your fork too",
+    "23": "your fork already has a file there",
+    "12": "deleted by the change, changed in your fork",
+    "13": "deleted or moved in your fork",
+}
+
+# What git leaves in the repository's folder while an operation waits for the
+# user. `git am` and `git rebase --apply` both keep rebase-apply/, and only
+# `git am` writes rebase-apply/applying, so that is looked for first.
+OPERATIONS_IN_PROGRESS = {
+    "rebase-merge": "rebase",
+    "rebase-apply/applying": "am",
+    "rebase-apply": "rebase",
+    "MERGE_HEAD": "merge",
+    "BISECT_LOG": "bisect",
+    "CHERRY_PICK_HEAD": "cherry-pick",
+    "REVERT_HEAD": "revert",
+}
+
+# Variables that would send git to another repository than the fork named.
+GIT_LOCATION_VARIABLES = {
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_PREFIX",
+    "GIT_NAMESPACE",
+}
+# Every git command runs with these: messages in English (the tool reads some),
+# no prompt, no lock taken only to refresh the index, no editor.
+GIT_SETTINGS = {
+    "LC_ALL": "C",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_OPTIONAL_LOCKS": "0",
+    "GIT_EDITOR": ":",
+}
+# A trial leaves only objects behind: no gc, no rerere cache, and no hooks
+# when it resumes past a conflict.
 CHORES_OFF = "-c gc.auto=0 -c maintenance.auto=false -c rerere.enabled=false"
 HOOKS_OFF = f"-c core.hooksPath={os.devnull}"
-TEST_FILE = re.compile(r"^test/registered/unit/(?:.*/)?test_[^/]*\.py$")
-WHY = {"123": "changed in your fork too", "23": "your fork already has a file there"}
-WHY.update({"12": "deleted by the change, changed in your fork", "": "no v0.5.16 base"})
-WHY["13"] = "deleted or moved in your fork"
-NOTHING = "; nothing was changed"
+
+# What git am says when a file's merge base is not in the object store.
+GIT_LACKS_A_BASE = re.compile("lacking or useless|lacks necessary blobs")
+SHIPPED_TEST = re.compile(r"^test/registered/unit/(?:.*/)?test_[^/]*\.py$")
 
 
 class Refused(Exception):
-    code = 1  # nothing was changed
+    """The tool stops; the fork is as it was."""
+
+    exit_code = 1
 
 
 class NotRestored(Refused):
-    code = 3  # a write failed, and the fork could not be put back as it was
+    """A write into the fork failed, and the fork could not be put back."""
+
+    exit_code = 3
 
 
-q = lambda path: shlex.quote(str(path))  # noqa: E731
-say = lambda msg: print(f"apply: {msg}", flush=True)  # noqa: E731
-indented = lambda text: "".join(f"\n    {t}" for t in text.strip().splitlines())  # noqa
-RESTORE = f"restore it (`git -C {q(ROOT)} checkout -- patches`)"
-damaged = lambda what: Refused(f"{what}; {RESTORE}")  # noqa: E731
-adds = lambda p, f, c: any(g == f and c in a for g, a in p.lines)  # noqa: E731
-found = lambda sites, texts: [w for f, c, w in sites if c in texts[f]]  # noqa: E731
+@dataclass(frozen=True)
+class Marker:
+    """A piece of code whose presence in one of the fork's files tells something."""
+
+    path: str  # the file, from the top of the fork
+    code: str  # the text looked for in it
+    label: str  # how messages name it
 
 
-def git(cwd, cmd: str, *args, env=None, input=None, check=False):
-    env = {**{k: v for k, v in os.environ.items() if k not in LOCATION}, **(env or {})}
-    env.update(
-        LC_ALL="C", GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", GIT_EDITOR=":"
-    )
-    argv, text = ["git", "-C", cwd, *cmd.split(), *args], dict(errors="replace")
-    try:  # file contents need not be UTF-8
-        run = subprocess.run(argv, env=env, input=input, capture_output=True, **text)
+# This backport's own code: the helper of patch 0002 and the scope of 0001.
+OUR_FIX = (
+    Marker(
+        "python/sglang/srt/server_args.py",
+        "def draft_server_args_copy(",
+        "draft_server_args_copy()",
+    ),
+    Marker(
+        "python/sglang/srt/runtime_context.py",
+        "def scoped_server_args(",
+        "scoped_server_args()",
+    ),
+)
+# The five places where v0.5.16's draft writes onto the target's ServerArgs.
+DRAFT_WRITES = (
+    Marker(
+        "python/sglang/srt/managers/scheduler.py",
+        "scheduler.draft_load_format",
+        "scheduler.py",
+    ),
+    Marker(
+        "python/sglang/srt/speculative/eagle_worker_v2.py",
+        "match_target_context",
+        "eagle_worker_v2.py",
+    ),
+    Marker(
+        "python/sglang/srt/speculative/standalone_worker_v2.py",
+        "match_target_context",
+        "standalone_worker_v2.py",
+    ),
+    Marker(
+        "python/sglang/srt/speculative/multi_layer_eagle_worker_v2.py",
+        "match_target_context",
+        "multi_layer_eagle_worker_v2.py",
+    ),
+    Marker(
+        "python/sglang/srt/speculative/frozen_kv_mtp_worker_v2.py",
+        "match_target_context",
+        "frozen_kv_mtp_worker_v2.py",
+    ),
+)
+# Upstream's own fix: v0.5.17's, and that of later releases.
+UPSTREAM_FIX = (
+    Marker(
+        "python/sglang/srt/speculative/draft_worker_common.py",
+        "def draft_server_args_copy(",
+        "draft_server_args_copy() in speculative/draft_worker_common.py",
+    ),
+    Marker(
+        "python/sglang/srt/model_executor/model_runner.py",
+        "def _resolve_draft_load_format(",
+        "_resolve_draft_load_format() in model_executor/model_runner.py",
+    ),
+)
+
+
+# Messages
+
+
+def quote(path: StrPath) -> str:
+    """Returns path as one shell word, so that a printed command can be pasted."""
+    return shlex.quote(str(path))
+
+
+def say(message: str) -> None:
+    """Prints one of the tool's messages on standard output."""
+    print(f"apply: {message}", flush=True)
+
+
+def indent(text: str) -> str:
+    """Returns the lines of text, each indented by four spaces."""
+    lines = text.strip().splitlines()
+    return "\n".join(f"    {line}" for line in lines)
+
+
+def indented_below(text: str) -> str:
+    """Returns git's words to end a message with: on new lines, indented."""
+    if not text.strip():
+        return ""
+    return "\n" + indent(text)
+
+
+def names_of(patches: list["Patch"]) -> str:
+    """Returns the file names of patches, comma-separated."""
+    return ", ".join(patch.name for patch in patches)
+
+
+def files_and_reasons(reasons: dict[str, str]) -> str:
+    """Returns "FILE (WHY), FILE (WHY)" for the files in conflict."""
+    return ", ".join(f"{path} ({why})" for path, why in reasons.items())
+
+
+def first_ten(paths: list[str]) -> str:
+    """Returns the first ten paths, comma-separated, with " ..." if there are more."""
+    listed = ", ".join(paths[:10])
+    if len(paths) > 10:
+        listed += " ..."
+    return listed
+
+
+def damaged(problem: str, folder: Path) -> Refused:
+    """Returns the refusal of a damaged series folder, saying how to restore it."""
+    restore = f"git -C {quote(ROOT)} checkout -- {quote(folder.relative_to(ROOT))}"
+    return Refused(f"{problem}; restore it (`{restore}`)")
+
+
+# git
+
+
+def git_environment() -> dict[str, str]:
+    """Returns the environment git runs in: this one, pointing nowhere else."""
+    env = {}
+    for name, value in os.environ.items():
+        if name not in GIT_LOCATION_VARIABLES:
+            env[name] = value
+    env.update(GIT_SETTINGS)
+    return env
+
+
+def git(
+    cwd: StrPath, command: str, *args: StrPath, input: Optional[str] = None
+) -> subprocess.CompletedProcess:
+    """Runs `git -C cwd COMMAND ARGS...`, COMMAND split at spaces; returns the run."""
+    argv = ["git", "-C", str(cwd), *command.split()]
+    argv += [str(arg) for arg in args]
+    try:
+        # errors="replace": the files git shows need not be UTF-8.
+        return subprocess.run(
+            argv,
+            env=git_environment(),
+            input=input,
+            capture_output=True,
+            text=True,
+            errors="replace",
+        )
     except FileNotFoundError:
         raise Refused("git is not on PATH; install git and run this again") from None
-    if check and run.returncode != 0:
-        raise Refused(f"git {cmd} failed in {q(cwd)}{NOTHING}:{indented(run.stderr)}")
-    return run
 
 
-out = lambda *args, **kwargs: git(*args, check=True, **kwargs).stdout.strip()  # noqa
+def git_output(
+    cwd: StrPath, command: str, *args: StrPath, input: Optional[str] = None
+) -> str:
+    """Returns the stripped output of a git command; refuses if the command fails."""
+    run = git(cwd, command, *args, input=input)
+    if run.returncode != 0:
+        failed = f"git {command} failed in {quote(cwd)}; {NOTHING_CHANGED}:"
+        raise Refused(failed + indented_below(run.stderr))
+    return run.stdout.strip()
 
 
-def parse_patch(path: Path) -> Record:
+# The series
+
+
+@dataclass
+class FileDiff:
+    """What one `diff --git` section of a patch does to one file."""
+
+    old_path: str
+    new_path: str
+    is_new: bool
+    is_rename: bool
+    base_blob: str  # the blob the patch changes ("" without an index line)
+    result_blob: str  # the blob it writes ("" without an index line)
+    added_lines: set[str]  # the lines it adds that hold a word, stripped
+
+
+@dataclass
+class Patch:
+    """One file of the series, as git format-patch wrote it."""
+
+    path: Path
+    revision: Optional[str]  # its Backport-Revision trailer
+    diffs: list[FileDiff]
+
+    @property
+    def name(self) -> str:
+        """Returns the patch's file name."""
+        return self.path.name
+
+    @property
+    def changed(self) -> list[str]:
+        """Returns the files the patch changes or deletes (not those it creates)."""
+        return [diff.old_path for diff in self.diffs if not diff.is_new]
+
+    @property
+    def created(self) -> list[str]:
+        """Returns the files the patch creates: new files and new names."""
+        return [diff.new_path for diff in self.diffs if diff.is_new or diff.is_rename]
+
+    @property
+    def bases(self) -> dict[str, str]:
+        """Returns each file the patch changes and the blob it changes."""
+        bases = {}
+        for diff in self.diffs:
+            if diff.base_blob and not diff.is_new:
+                bases[diff.old_path] = diff.base_blob
+        return bases
+
+    @property
+    def results(self) -> set[str]:
+        """Returns the blobs the patch writes."""
+        return {diff.result_blob for diff in self.diffs if diff.result_blob}
+
+    @property
+    def added_lines(self) -> set[tuple[str, str]]:
+        """Returns (file, line) for each line the patch adds that holds a word."""
+        lines = set()
+        for diff in self.diffs:
+            for line in diff.added_lines:
+                lines.add((diff.new_path, line))
+        return lines
+
+    def adds(self, marker: Marker) -> bool:
+        """Returns whether the patch adds a line holding marker's code to its file."""
+        for path, line in self.added_lines:
+            if path == marker.path and marker.code in line:
+                return True
+        return False
+
+
+@dataclass
+class Series:
+    """The patches of one release line, in the order they apply."""
+
+    folder: Path
+    patches: list[Patch]
+
+    @property
+    def revision(self) -> Optional[str]:
+        """Returns the series' Backport-Revision (that of its last patch)."""
+        return self.patches[-1].revision
+
+    def shipped_tests(self) -> list[str]:
+        """Returns the test files the series adds to the fork, shell-quoted."""
+        tests = []
+        for patch in self.patches:
+            for path in patch.created:
+                if SHIPPED_TEST.match(path):
+                    tests.append(quote(path))
+        return sorted(tests)
+
+
+def read_file_diff(section: str, patch_path: Path) -> FileDiff:
+    """Returns what one `diff --git` section does; refuses one git did not write."""
+    paths = re.match(r"diff --git a/(\S+) b/(\S+)", section)
+    if paths is None:
+        problem = f"{quote(patch_path)} is not a patch from git format-patch"
+        raise damaged(problem, patch_path.parent)
+    header, _, hunks = section.partition("\n@@")
+    blobs = re.search(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)", header, re.M)
+    added_lines = set()
+    for line in hunks.splitlines():
+        if line.startswith("+") and re.search(r"\w", line[1:]):
+            added_lines.add(line[1:].strip())
+    return FileDiff(
+        old_path=paths[1],
+        new_path=paths[2],
+        is_new="\nnew file mode" in header,
+        is_rename="\nrename from" in header,
+        base_blob=blobs[1] if blobs else "",
+        result_blob=blobs[2] if blobs else "",
+        added_lines=added_lines,
+    )
+
+
+def read_patch(path: Path) -> Patch:
+    """Returns the patch in path; refuses a file git format-patch did not write."""
     text = path.read_text(encoding="utf-8", errors="replace")
-    message, *sections = re.split(r"^(?=diff --git )", text, flags=re.M)
+    parts = re.split(r"^(?=diff --git )", text, flags=re.M)
+    message = parts[0]
+    sections = parts[1:]
     if not text.startswith("From ") or "\nSubject: " not in message or not sections:
-        raise damaged(f"{q(path)} is not a patch from git format-patch")
-    revision = re.findall(r"^Backport-Revision: *(\S+)$", message, re.M) or [None]
-    patch = Record(path=path, name=path.name, created=[], changed=[], pre={}, post=[])
-    patch.lines, patch.revision = set(), revision[0]  # {(file, a line it adds)}
-    for section in sections:
-        old, new = (re.findall(r"^diff --git a/(\S+) b/(\S+)", section) or [(0, 0)])[0]
-        head, _, body = section.partition("\n@@")
-        ids = re.findall(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)", head, re.M) or [()]
-        new_file = "\nnew file mode" in head
-        patch.created += [new] if new_file or "\nrename from" in head else []
-        patch.changed += [] if new_file else [old]
-        patch.pre.update({old: ids[0][0]} if ids[0] and not new_file else {})
-        patch.post += ids[0][1:]
-        plus = [line[1:].strip() for line in body.splitlines() if line[:1] == "+"]
-        patch.lines |= {(new, line) for line in plus if re.search(r"\w", line)}
-    return patch
+        problem = f"{quote(path)} is not a patch from git format-patch"
+        raise damaged(problem, path.parent)
+    revision = re.search(r"^Backport-Revision: *(\S+)$", message, re.M)
+    diffs = [read_file_diff(section, path) for section in sections]
+    return Patch(path=path, revision=revision[1] if revision else None, diffs=diffs)
 
 
-def load_series() -> list:
-    series = [parse_patch(p) for p in sorted(PATCHES.glob("*.patch"))]
-    if not series:
-        raise damaged(f"{q(PATCHES)} holds no *.patch file")
-    if not any(adds(p, *OURS[0][:2]) for p in series):
-        why = f"none adds draft_server_args_copy() to {OURS[0][0]}"
-        raise damaged(f"the patches in {q(PATCHES)} are not this backport's ({why})")
-    return series
+def load_series(folder: Path) -> Series:
+    """Returns the series of folder's *.patch files in name order; refuses a bad one."""
+    patches = [read_patch(path) for path in sorted(folder.glob("*.patch"))]
+    if not patches:
+        raise damaged(f"{quote(folder)} holds no *.patch file", folder)
+    helper = OUR_FIX[0]
+    if not any(patch.adds(helper) for patch in patches):
+        why = f"none adds {helper.label} to {helper.path}"
+        problem = f"the patches in {quote(folder)} are not this backport's ({why})"
+        raise damaged(problem, folder)
+    return Series(folder=folder, patches=patches)
 
 
-def locate_fork(arg: str) -> Record:
-    probe = git(arg, "rev-parse --is-inside-work-tree --absolute-git-dir")
+# The fork
+
+
+@dataclass
+class Fork:
+    """The fork's checkout: where it is, and the branch and commit it is on."""
+
+    top: Path
+    git_dir: Path
+    branch: str  # the full name, refs/heads/NAME; "" when HEAD is detached
+    head: str  # the commit at HEAD; "" on a branch with no commit yet
+
+    @property
+    def quoted(self) -> str:
+        """Returns the fork's top folder as a shell word."""
+        return quote(self.top)
+
+    @property
+    def cd(self) -> str:
+        """Returns the start of a printed command, which enters the fork."""
+        return f"cd {self.quoted} &&"
+
+    @property
+    def branch_name(self) -> str:
+        """Returns the branch's short name."""
+        return self.branch[len("refs/heads/") :]
+
+    def undo(self) -> str:
+        """Returns the printed command that puts the branch back on today's HEAD."""
+        return f"`{self.cd} git reset --hard {self.head[:12]}`"
+
+    def git(
+        self, command: str, *args: StrPath, input: Optional[str] = None
+    ) -> subprocess.CompletedProcess:
+        """Runs a git command in the fork and returns the run."""
+        return git(self.top, command, *args, input=input)
+
+    def output(self, command: str, *args: StrPath, input: Optional[str] = None) -> str:
+        """Returns the stripped output of a git command in the fork, or refuses."""
+        return git_output(self.top, command, *args, input=input)
+
+
+def not_a_work_tree_message(path: str, probe: subprocess.CompletedProcess) -> str:
+    """Returns the refusal of a path that is not in a git work tree."""
+    message = f"{quote(path)} is not in a git work tree"
+    if probe.stdout:
+        message += " (a bare repository or a .git directory)"
+    message += "; pass your fork"
+    if probe.returncode != 0:
+        message += f"; git said:{indented_below(probe.stderr)}"
+    return message
+
+
+def find_fork(path: str) -> Fork:
+    """Returns the git work tree at path; refuses one without python/sglang/."""
+    probe = git(path, "rev-parse --is-inside-work-tree --absolute-git-dir")
     if not probe.stdout.startswith("true\n"):
-        bare = " (a bare repository or a .git directory)" * bool(probe.stdout)
-        said = f"; git said:{indented(probe.stderr)}" * bool(probe.returncode)
-        raise Refused(f"{q(arg)} is not in a git work tree{bare}; pass your fork{said}")
-    git_dir, top = probe.stdout.split("\n")[1], out(arg, "rev-parse --show-toplevel")
-    fork = Record(top=Path(top), q=q(top), cd=f"cd {q(top)} &&")
-    fork.git = lambda cmd, *args, **kwargs: git(top, cmd, *args, **kwargs)
-    if not (fork.top / "python" / "sglang").is_dir():
-        raise Refused(f"{fork.q} has no python/sglang/; pass the top of your fork")
-    for name, op in IN_PROGRESS.items():
-        stop = "bisect reset" if op == "bisect" else op + " --abort"
-        if os.path.exists(os.path.join(git_dir, name)):
-            stop = f"finish it, or end it (`{fork.cd} git {stop}`)"
-            raise Refused(f"a git {op} is in progress in {fork.q}; {stop}")
-    fork.branch = fork.git("symbolic-ref -q HEAD").stdout.strip()
-    fork.head = fork.git("rev-parse -q --verify HEAD^{commit}").stdout.strip()
-    switch = f"switch to your fork's branch (`{fork.cd} git switch <branch>`) or "
-    switch += f"make one (`{fork.cd} git switch -c sglang-draft-isolation`)"
-    if not fork.head or not fork.branch:
-        where = f"the branch {fork.branch[11:]} of {fork.q} has no commit yet"
-        where = where if not fork.head else f"HEAD of {fork.q} is detached"
+        raise Refused(not_a_work_tree_message(path, probe))
+    top = Path(git_output(path, "rev-parse --show-toplevel"))
+    if not (top / "python" / "sglang").is_dir():
+        raise Refused(f"{quote(top)} has no python/sglang/; pass the top of your fork")
+    return Fork(
+        top=top,
+        git_dir=Path(probe.stdout.splitlines()[1]),
+        branch=git(top, "symbolic-ref -q HEAD").stdout.strip(),
+        head=git(top, "rev-parse -q --verify HEAD^{commit}").stdout.strip(),
+    )
+
+
+def refuse_an_operation_in_progress(fork: Fork) -> None:
+    """Refuses a fork in the middle of a git operation (rebase, am, merge, ...)."""
+    for name, operation in OPERATIONS_IN_PROGRESS.items():
+        if not (fork.git_dir / name).exists():
+            continue
+        way_out = f"{operation} --abort"
+        if operation == "bisect":
+            way_out = "bisect reset"
+        stop = f"finish it, or end it (`{fork.cd} git {way_out}`)"
+        raise Refused(f"a git {operation} is in progress in {fork.quoted}; {stop}")
+
+
+def refuse_a_head_without_branch_or_commit(fork: Fork) -> None:
+    """Refuses a detached HEAD, and a branch with no commit yet."""
+    switch = f"switch to your fork's branch (`{fork.cd} git switch <branch>`)"
+    switch += f" or make one (`{fork.cd} git switch -c sglang-draft-isolation`)"
+    if not fork.head:
+        where = f"the branch {fork.branch_name} of {fork.quoted} has no commit yet"
         raise Refused(f"{where}; {switch}")
-    dirty = [t[3:] for t in fork.git("status --porcelain -uno").stdout.splitlines()]
-    if dirty:
-        files = ", ".join(dirty[:10]) + " ..." * (len(dirty) > 11)
+    if not fork.branch:
+        raise Refused(f"HEAD of {fork.quoted} is detached; {switch}")
+
+
+def refuse_tracked_changes(fork: Fork) -> None:
+    """Refuses a fork with changes to tracked files that are not committed."""
+    status = fork.git("status --porcelain -uno").stdout
+    changed = [line[3:] for line in status.splitlines()]
+    if changed:
         stash = f"commit or stash them (`{fork.cd} git stash`)"
-        raise Refused(f"{fork.q} has uncommitted changes ({files}); {stash}")
+        listed = first_ten(changed)
+        raise Refused(f"{fork.quoted} has uncommitted changes ({listed}); {stash}")
+
+
+def open_fork(path: str) -> Fork:
+    """Returns the fork at path if the tool may change it; refuses it otherwise."""
+    fork = find_fork(path)
+    refuse_an_operation_in_progress(fork)
+    refuse_a_head_without_branch_or_commit(fork)
+    refuse_tracked_changes(fork)
     return fork
 
 
-def texts_at(fork, rev: str, paths) -> dict:  # path -> its text at rev, or ""
-    return {p: fork.git("show", f"{rev}:{p}").stdout for p in dict.fromkeys(paths)}
+def file_texts(fork: Fork, rev: str, paths: list[str]) -> dict[str, str]:
+    """Returns each file's text at rev; "" for a file rev does not have."""
+    texts = {}
+    for path in paths:
+        if path not in texts:
+            texts[path] = fork.git("show", f"{rev}:{path}").stdout
+    return texts
 
 
-def backport_commits(fork) -> list:  # [(sha, revision)] in HEAD, not reverted
-    trailer = "%(trailers:key=Backport-{},valueonly,separator=%x01)%x00"
-    fmt = f"--format=%H%x00{trailer.format('Of')}{trailer.format('Revision')}"
-    grep = f"--grep=^Backport-Of: {BACKPORT_OF}$"
-    log = fork.git("log -z", fmt, grep, fork.head).stdout
+def found(markers: tuple[Marker, ...], texts: dict[str, str]) -> list[str]:
+    """Returns the labels of the markers whose code is in their file's text."""
+    return [marker.label for marker in markers if marker.code in texts[marker.path]]
+
+
+# This backport's commits
+
+
+@dataclass
+class BackportCommit:
+    """A commit of this backport at the fork's HEAD."""
+
+    sha: str
+    revision: Optional[str]  # its Backport-Revision trailer
+
+
+def reverts_at_head(fork: Fork) -> dict[str, list[str]]:
+    """Returns each commit that commits at HEAD say they revert, and those commits."""
     grep = "--grep=This reverts commit "
-    reverts = fork.git("log -z -F --format=%H%x00%B", grep, fork.head).stdout
-    undone = {}  # sha -> the commits that revert it
-    for sha, body in re.findall(r"([0-9a-f]{40})\0([^\0]*)", reverts):
+    log = fork.git("log -z -F --format=%H%x01%B", grep, fork.head).stdout
+    reverts = {}
+    for record in log.split("\0"):
+        if not record:
+            continue
+        sha, body = record.split("\x01", 1)
         for target in re.findall(r"This reverts commit ([0-9a-f]{40})", body):
-            undone.setdefault(target, []).append(sha)
-    live = lambda sha: not any(map(live, undone.get(sha, ())))  # noqa: E731
+            reverts.setdefault(target, []).append(sha)
+    return reverts
+
+
+def is_undone(sha: str, reverts: dict[str, list[str]]) -> bool:
+    """Returns whether a revert of the commit is at HEAD and is not undone itself."""
+    for revert in reverts.get(sha, []):
+        if not is_undone(revert, reverts):
+            return True
+    return False
+
+
+def trailer_values(values: str) -> list[str]:
+    """Returns the values of one trailer, which backport_commits separates by \x02."""
+    return [value.strip() for value in values.split("\x02") if value.strip()]
+
+
+def backport_commits(fork: Fork) -> list[BackportCommit]:
+    """Returns the backport's commits at HEAD that are not reverted, newest first."""
+    # One record per commit, ended by NUL (-z); its fields are separated by
+    # \x01, and the values of one trailer by \x02.
+    trailer = "%(trailers:key=Backport-{},valueonly,separator=%x02)"
+    fields = f"%H%x01{trailer.format('Of')}%x01{trailer.format('Revision')}"
+    grep = f"--grep=^Backport-Of: {BACKPORT_OF}$"
+    log = fork.git("log -z", f"--format={fields}", grep, fork.head).stdout
+    reverts = reverts_at_head(fork)
     commits = []
-    for sha, of, rev in re.findall(r"([0-9a-f]{40})\0([^\0]*)\0([^\0]*)\0", log):
-        if BACKPORT_OF in of.strip().split("\x01") and live(sha):
-            commits.append((sha, rev.split("\x01")[0].strip() or None))
+    for record in log.split("\0"):
+        if not record:
+            continue
+        sha, backport_of, revision = record.split("\x01")
+        if BACKPORT_OF not in trailer_values(backport_of):
+            continue
+        if is_undone(sha, reverts):
+            continue
+        revisions = trailer_values(revision)
+        commits.append(BackportCommit(sha, revisions[0] if revisions else None))
     return commits
 
 
-def missing_patches(fork, series: list) -> list:  # those the fork lacks, or refuse
-    exact = [not fork.git("apply --check -R", p.path).returncode for p in series]
-    files = [f for f, _, _ in UPSTREAM + OURS + BUG_SITES]
-    texts = texts_at(fork, fork.head, files + [f for p in series for f, _ in p.lines])
-    # A patch merged 3-way is in when every line it adds (with a letter) is there.
-    have = {(f, t.strip()) for f, text in texts.items() for t in text.splitlines()}
-    merged = [not e and p.lines <= have for p, e in zip(series, exact)]
-    missing = [p for p, e, m in zip(series, exact, merged) if not (e or m)]
-    names = lambda patches: ", ".join(p.name for p in patches)  # noqa: E731
-    upstream, ours, bugs = (found(s, texts) for s in (UPSTREAM, OURS, BUG_SITES))
-    has, revision = f"{fork.q} has", series[-1].revision
-    other = {str(r) for _, r in backport_commits(fork) if r != revision} - {"None"}
-    if upstream and not all(exact):
-        why = "upstream's own fix (sgl-project/sglang#33335, released in v0.5.17)"
-        return say(f"already fixed upstream: {has} {upstream[0]}, {why}; nothing to do")
-    if revision and other and not all(exact):
-        older = f"Backport-Revision {', '.join(sorted(other))} of this backport"
-        again = f"revert it (`python3 {q(TOOL)} --revert {fork.q}`), then apply"
-        raise Refused(f"{has} {older}, patches/ Revision {revision}; {again}{NOTHING}")
-    if not missing:
-        merged = [p for p, m in zip(series, merged) if m]
-        merged = f"; merged with your changes: {names(merged)}" * bool(merged)
-        every = f"every patch of this backport ({names(series)}{merged})"
-        return say(f"already patched: {has} {every}; nothing to do")
-    sglang = any(f.startswith("python/") for p in missing for f in p.changed)
-    if len(ours) == len(OURS) and not bugs and sglang:
-        fix = f"this backport's fix ({' and '.join(ours)}, none of the draft writes)"
-        other = f"in another revision than {q(PATCHES)}"
-        return say(f"already patched: {has} {fix} {other}; nothing to do")
-    for f, code, _ in OURS:
-        if code in texts[f] and any(adds(p, f, code) for p in missing):
-            lacks = [what for f, code, what in OURS if code not in texts[f]]
-            lacks = ", ".join(lacks + [names(missing)])
-            part = f"part of this backport: it has {', '.join(ours)}; it lacks {lacks}"
-            still = f"; it still has the draft writes in {', '.join(bugs)}" * bool(bugs)
-            find = f"find its commits: `{fork.cd} git log {q('-S' + code)} -- {f}`"
-            raise Refused(f"{has} {part}{still}; revert it ({find}){NOTHING}")
+def other_revisions(fork: Fork, series: Series) -> set[str]:
+    """Returns the other Backport-Revisions of the backport's commits at HEAD."""
+    revisions = set()
+    for commit in backport_commits(fork):
+        if commit.revision is not None and commit.revision != series.revision:
+            revisions.add(commit.revision)
+    return revisions
+
+
+# Deciding what to apply
+
+
+@dataclass
+class Survey:
+    """What the code at the fork's HEAD holds of the series and of the fix."""
+
+    texts: dict[str, str]  # the files read, and their text at HEAD
+    applied: list[Patch] = field(default_factory=list)  # in, line for line
+    merged: list[Patch] = field(default_factory=list)  # in, with the fork's changes
+    missing: list[Patch] = field(default_factory=list)
+    upstream_fix: list[str] = field(default_factory=list)
+    our_fix: list[str] = field(default_factory=list)
+    draft_writes: list[str] = field(default_factory=list)
+
+    def everything_applied(self) -> bool:
+        """Returns whether every patch of the series is in line for line."""
+        return not self.merged and not self.missing
+
+
+def reverse_applies(fork: Fork, patch: Patch) -> bool:
+    """Returns whether the patch is in the fork line for line (it reverse-applies)."""
+    return fork.git("apply --check -R", patch.path).returncode == 0
+
+
+def survey_fork(fork: Fork, series: Series) -> Survey:
+    """Returns what the fork's HEAD holds of the series and of the fix."""
+    paths = [marker.path for marker in UPSTREAM_FIX + OUR_FIX + DRAFT_WRITES]
+    for patch in series.patches:
+        for path, _ in patch.added_lines:
+            paths.append(path)
+    texts = file_texts(fork, fork.head, paths)
+    lines_there = set()
+    for path, text in texts.items():
+        for line in text.splitlines():
+            lines_there.add((path, line.strip()))
+    survey = Survey(
+        texts=texts,
+        upstream_fix=found(UPSTREAM_FIX, texts),
+        our_fix=found(OUR_FIX, texts),
+        draft_writes=found(DRAFT_WRITES, texts),
+    )
+    for patch in series.patches:
+        if reverse_applies(fork, patch):
+            survey.applied.append(patch)
+        elif patch.added_lines <= lines_there:
+            # Merged 3-way: every line it adds (that holds a word) is there.
+            survey.merged.append(patch)
+        else:
+            survey.missing.append(patch)
+    return survey
+
+
+def has_another_revisions_fix(survey: Survey) -> bool:
+    """Returns whether the fork has this backport's fix, though not line for line."""
+    # A fork with the fix that lacks only patches outside python/ (the tests,
+    # the ratchet) has this revision's fix: those patches are applied.
+    has_our_code = len(survey.our_fix) == len(OUR_FIX)
+    lacks_sglang_changes = False
+    for patch in survey.missing:
+        for path in patch.changed:
+            if path.startswith("python/"):
+                lacks_sglang_changes = True
+    return has_our_code and not survey.draft_writes and lacks_sglang_changes
+
+
+def part_of_the_fix(survey: Survey) -> Optional[Marker]:
+    """Returns this backport's code the fork has that a missing patch adds, if any."""
+    for marker in OUR_FIX:
+        if marker.code not in survey.texts[marker.path]:
+            continue
+        for patch in survey.missing:
+            if patch.adds(marker):
+                return marker
+    return None
+
+
+def upstream_fix_message(fork: Fork, survey: Survey) -> str:
+    """Returns the message for a fork that has upstream's own fix."""
+    why = "upstream's own fix (sgl-project/sglang#33335, released in v0.5.17)"
+    has = f"{fork.quoted} has {survey.upstream_fix[0]}, {why}"
+    return f"already fixed upstream: {has}; nothing to do"
+
+
+def other_revision_message(fork: Fork, series: Series, others: set[str]) -> str:
+    """Returns the refusal of a fork with the backport's commits of another revision."""
+    older = f"Backport-Revision {', '.join(sorted(others))} of this backport"
+    again = f"revert it (`python3 {quote(TOOL)} --revert {fork.quoted}`), then apply"
+    has = f"{fork.quoted} has {older}, patches/ Revision {series.revision}"
+    return f"{has}; {again}; {NOTHING_CHANGED}"
+
+
+def every_patch_message(fork: Fork, series: Series, survey: Survey) -> str:
+    """Returns the message for a fork that has every patch of the series."""
+    patches = names_of(series.patches)
+    if survey.merged:
+        patches += f"; merged with your changes: {names_of(survey.merged)}"
+    every = f"every patch of this backport ({patches})"
+    return f"already patched: {fork.quoted} has {every}; nothing to do"
+
+
+def another_revision_message(fork: Fork, series: Series, survey: Survey) -> str:
+    """Returns the message for a fork that has the fix, not line for line."""
+    ours = " and ".join(survey.our_fix)
+    fix = f"this backport's fix ({ours}, none of the draft writes)"
+    where = f"in another revision than {quote(series.folder)}"
+    return f"already patched: {fork.quoted} has {fix} {where}; nothing to do"
+
+
+def part_of_the_fix_message(fork: Fork, survey: Survey, marker: Marker) -> str:
+    """Returns the refusal of a fork that has part of this backport."""
+    lacks = [m.label for m in OUR_FIX if m.code not in survey.texts[m.path]]
+    lacks.append(names_of(survey.missing))
+    has = f"it has {', '.join(survey.our_fix)}; it lacks {', '.join(lacks)}"
+    message = f"{fork.quoted} has part of this backport: {has}"
+    if survey.draft_writes:
+        message += (
+            f"; it still has the draft writes in {', '.join(survey.draft_writes)}"
+        )
+    find = f"`{fork.cd} git log {quote('-S' + marker.code)} -- {marker.path}`"
+    return f"{message}; revert it (find its commits: {find}); {NOTHING_CHANGED}"
+
+
+def patches_to_apply(fork: Fork, series: Series) -> list[Patch]:
+    """Returns the patches the fork lacks; [] once it said why it needs none."""
+    survey = survey_fork(fork, series)
+    if survey.upstream_fix and not survey.everything_applied():
+        say(upstream_fix_message(fork, survey))
+        return []
+    others = other_revisions(fork, series)
+    if series.revision and others and not survey.everything_applied():
+        raise Refused(other_revision_message(fork, series, others))
+    if not survey.missing:
+        say(every_patch_message(fork, series, survey))
+        return []
+    if has_another_revisions_fix(survey):
+        say(another_revision_message(fork, series, survey))
+        return []
+    marker = part_of_the_fix(survey)
+    if marker is not None:
+        raise Refused(part_of_the_fix_message(fork, survey, marker))
+    return survey.missing
+
+
+def missing_merge_bases(fork: Fork, patches: list[Patch]) -> dict[str, str]:
+    """Returns each blob the patches change that the fork lacks, and its file."""
+    # A blob that one of the patches writes is there once the patch before it applied.
+    written = set()
+    for patch in patches:
+        written |= patch.results
+    wanted = {}
+    for patch in patches:
+        for path, blob in patch.bases.items():
+            if blob not in written:
+                wanted[blob] = path
+    names = "".join(f"{blob}\n" for blob in wanted)
+    check = fork.git("cat-file --batch-check", input=names)
+    missing = {}
+    for blob in re.findall(r"^(\S+) missing$", check.stdout, re.M):
+        missing[blob] = wanted[blob]
     return missing
 
 
-def supply_bases(fork, patches: list) -> list:  # v0.5.16's blobs, for a 3-way am
-    made = {b for p in patches for b in p.post}
-    wanted = {b: f for p in patches for f, b in p.pre.items() if b not in made}
-    check = fork.git("cat-file --batch-check", input="\n".join([*wanted, ""]))
-    supplied, lacking, hash_it = [], [], "hash-object --no-filters"
-    for blob in re.findall(r"^(\S+) missing$", check.stdout, re.M):
-        release = PRISTINE / wanted[blob][len("python/") :]
-        ours = wanted[blob].startswith("python/sglang/") and release.is_file()
-        ours = ours and out(fork.top, hash_it, release).startswith(blob)
-        (supplied if ours else lacking).append(wanted[blob])
-        out(fork.top, hash_it + " -w", release) if ours else None
+def release_copy(path: str) -> Optional[Path]:
+    """Returns the release's own copy of a fork's file, in .build/pristine, if any."""
+    if not path.startswith("python/sglang/"):
+        return None
+    copy = PRISTINE / path[len("python/") :]
+    if not copy.is_file():
+        return None
+    return copy
+
+
+def blob_of(fork: Fork, path: Path) -> str:
+    """Returns the blob git would store for the file at path, as it is."""
+    return fork.output("hash-object --no-filters", path)
+
+
+def supply_merge_bases(fork: Fork, patches: list[Patch]) -> list[str]:
+    """Gives the fork the merge bases it lacks; returns the files still lacking one."""
+    supplied = []
+    lacking = []
+    for blob, path in missing_merge_bases(fork, patches).items():
+        copy = release_copy(path)
+        if copy is not None and blob_of(fork, copy).startswith(blob):
+            fork.output("hash-object --no-filters -w", copy)
+            supplied.append(path)
+        else:
+            lacking.append(path)
     if supplied:
-        say(f"gave git v0.5.16's {len(supplied)} file(s) to merge 3-way (objects only)")
+        count = len(supplied)
+        say(f"gave git {RELEASE}'s {count} file(s) to merge 3-way (objects only)")
     return lacking
 
 
-def unmerged(fork, tree: Path) -> dict:  # the trial's conflicting files: why
-    stages, listing = {}, git(tree, "ls-files -u -z").stdout
-    for stage, path in re.findall(r"\S+ \S+ (\d)\t([^\0]*)", listing):
-        stages[path] = stages.get(path, "") + stage
-    why = {p: WHY.get(s, "conflict") for p, s in stages.items()}
-    for path in (p for p, s in stages.items() if s == "13"):
-        if not fork.git("rev-list -1", fork.head, "--", path).stdout:
-            why[path] = f"your fork has no {path}"
-    return why
+# The trial
 
 
-def trial(fork, paths, cmd: str, args: list, what: str, step_files) -> Record:
-    """`git cmd args` in a temporary worktree, noting each conflict, then refuse."""
-    tmp = Path(tempfile.mkdtemp(prefix="sglang-backport-trial-"))
-    tree, paths, conflicts, verb = tmp / "fork", set(paths), [], cmd.split()[0]
-    head = fork.head
+@dataclass
+class Stop:
+    """A step of the trial where git stopped."""
+
+    step: str  # the number of the patch git am was at, or the commit being reverted
+    files: dict[str, str]  # each file in conflict, and why
+
+
+@dataclass
+class Trial:
+    """What git did in the trial worktree."""
+
+    head: str  # the commit it ended on
+    output: str  # git's standard output, every step
+    stops: list[Stop]
+
+
+def conflict_reason(fork: Fork, path: str, stages: str) -> str:
+    """Returns, in words, why a file with these unmerged stages is in conflict."""
+    if stages == "13" and not fork.git("rev-list -1", fork.head, "--", path).stdout:
+        return f"your fork has no {path}"
+    return CONFLICT_REASONS.get(stages, "conflict")
+
+
+def conflicting_files(fork: Fork, tree: Path) -> dict[str, str]:
+    """Returns each file git left unmerged in the trial's worktree, and why."""
+    # ls-files -u: "MODE BLOB STAGE\tPATH" per stage of each unmerged file.
+    stages = {}
+    for entry in git(tree, "ls-files -u -z").stdout.split("\0"):
+        if not entry:
+            continue
+        info, path = entry.split("\t", 1)
+        stages[path] = stages.get(path, "") + info.split()[2]
+    reasons = {}
+    for path, stage in stages.items():
+        reasons[path] = conflict_reason(fork, path, stage)
+    return reasons
+
+
+def current_step(tree: Path) -> Optional[str]:
+    """Returns the patch number git am stopped at, or the commit git revert did."""
+    git_dir = Path(git_output(tree, "rev-parse --absolute-git-dir"))
+    for mark in (git_dir / "rebase-apply" / "next", git_dir / "REVERT_HEAD"):
+        if mark.is_file():
+            return mark.read_text().strip()
+    return None
+
+
+def add_sparse_worktree(fork: Fork, tree: Path, paths: list[str]) -> None:
+    """Adds a worktree of HEAD at tree with only paths checked out, the rest skipped."""
+    fork.output(f"{HOOKS_OFF} worktree add --detach --no-checkout", tree, fork.head)
+    git_output(tree, "read-tree HEAD")
+    tracked = set(git_output(tree, "ls-files -z").split("\0")) - {""}
+    skipped = "".join(f"{path}\0" for path in sorted(tracked - set(paths)))
+    git_output(tree, "update-index --skip-worktree -z --stdin", input=skipped)
+    git_output(tree, "checkout-index -f --", *sorted(tracked & set(paths)))
+
+
+def trial_stop(
+    fork: Fork, tree: Path, command: str, run: subprocess.CompletedProcess
+) -> Stop:
+    """Returns where and why git stopped; refuses a stop for another reason."""
+    said = run.stdout + run.stderr
+    files = conflicting_files(fork, tree)
+    step = current_step(tree)
+    lacks_a_base = GIT_LACKS_A_BASE.search(said) is not None
+    if step is None or not (files or lacks_a_base):
+        failed = (
+            f"git {command} failed in a trial run (a hook or a setting of the fork?)"
+        )
+        raise Refused(f"{failed}; {NOTHING_CHANGED}; git said:{indented_below(said)}")
+    return Stop(step=step, files=files)
+
+
+def resume(tree: Path, verb: str, stop: Stop) -> subprocess.CompletedProcess:
+    """Takes git past a stop: commits the conflicting files as they are, or skips it."""
+    if stop.files:
+        git(tree, "add -A --", *stop.files)
+        return git(tree, f"{CHORES_OFF} {HOOKS_OFF} {verb} --continue")
+    return git(tree, f"{CHORES_OFF} {HOOKS_OFF} {verb} --skip")
+
+
+def run_in_worktree(fork: Fork, tree: Path, command: str, args: list[str]) -> Trial:
+    """Runs `git COMMAND ARGS` in tree, past every conflict; returns what it did."""
+    verb = command.split()[0]
+    stops = []
+    output = ""
+    run = git(tree, f"{CHORES_OFF} {command}", *args)
+    while run.returncode != 0:
+        stop = trial_stop(fork, tree, command, run)
+        stops.append(stop)
+        output += run.stdout
+        run = resume(tree, verb, stop)
+    output += run.stdout
+    return Trial(head=git_output(tree, "rev-parse HEAD"), output=output, stops=stops)
+
+
+def run_trial(fork: Fork, paths: list[str], command: str, args: list[str]) -> Trial:
+    """Runs `git COMMAND ARGS` on HEAD in a temporary worktree; returns what it did."""
+    folder = Path(tempfile.mkdtemp(prefix="sglang-backport-trial-"))
+    tree = folder / "fork"
     try:
-        out(fork.top, f"{HOOKS_OFF} worktree add --detach --no-checkout", tree, head)
-        out(tree, "read-tree HEAD")
-        tracked = set(out(tree, "ls-files -z").split("\0")) - {""}
-        skip = "".join(p + "\0" for p in tracked - paths)
-        out(tree, "update-index --skip-worktree -z --stdin", input=skip)
-        out(tree, "checkout-index -f --", *(tracked & paths))
-        git_dir = Path(out(tree, "rev-parse --absolute-git-dir"))
-        marks = [git_dir / "rebase-apply" / "next", git_dir / "REVERT_HEAD"]
-        run, log = git(tree, f"{CHORES_OFF} {cmd}", *args), ""
-        while run.returncode:
-            said, files = run.stdout + run.stderr, unmerged(fork, tree)
-            step = next((m.read_text().strip() for m in marks if m.is_file()), None)
-            no_base = re.search("lacking or useless|lacks necessary blobs", said)
-            if step is None or not (files or no_base):
-                where = (
-                    f"{cmd} failed in a trial run (a hook or a setting of the fork?)"
-                )
-                raise Refused(f"git {where}{NOTHING}; git said:{indented(said)}")
-            conflicts.append(step_files(step, files))
-            log += run.stdout
-            git(tree, "add -A --", *files) if files else None
-            resume = f"{verb} --{'continue' if files else 'skip'}"
-            run = git(tree, f"{CHORES_OFF} {HOOKS_OFF} {resume}")
-        head = Record(sha=out(tree, "rev-parse HEAD"), log=log + run.stdout)
+        add_sparse_worktree(fork, tree, paths)
+        return run_in_worktree(fork, tree, command, args)
     finally:
         fork.git("worktree remove --force --force", tree)
-        shutil.rmtree(tmp, ignore_errors=True)
-    for name, files in conflicts:
-        what += f" {name}: " + ", ".join(f"{f} ({why})" for f, why in files.items())
-    if conflicts:
-        hand = f"`{fork.cd} git {cmd} {' '.join(map(q, args))}`, fix the files"
-        hand += f", git add them, git {verb} --continue (or --abort)"
-        raise Refused(f"{what}{NOTHING}; to do it by hand: {hand}")
-    return head
+        shutil.rmtree(folder, ignore_errors=True)
 
 
-def fast_forward(fork, head: Record, done: str) -> None:  # or restore the fork
-    views = ("rev-parse HEAD", "ls-files -s -z", "status --porcelain -z -uall")
-    before = [fork.git(view).stdout for view in views]
-    if before[0].strip() != fork.head:
-        raise Refused(f"HEAD of {fork.q} moved while this ran; run this again")
-    index = fork.top / out(fork.top, "rev-parse --git-path index")
-    saved = index.read_bytes() if index.exists() else None
-    added = fork.git("diff-tree -r -z --name-only --diff-filter=A", fork.head, head.sha)
-    added, top = [Path(a) for a in added.stdout.split("\0") if a], fork.top
-    created = {p: os.path.lexists(top / p) for a in added for p in [a, *a.parents]}
-    fork.git("update-index -q --refresh")
-    back = f"`{fork.cd} git reset --hard {fork.head[:12]}`"
-    step = fork.git("read-tree -m -u", fork.head, head.sha)
-    if not step.returncode:
-        update = ("-m apply_to_fork.py", fork.branch, head.sha, fork.head)
-        step = fork.git("update-ref", *update)
-    if not step.returncode:
-        fork.git("update-ref ORIG_HEAD", fork.head)
-        say(f"{done} branch {fork.branch[11:]} of {fork.q} (undo: {back}):")
-        log = fork.git("log --reverse --format=%h%x20%s", f"{fork.head}..")
-        return print(indented(log.stdout)[1:])
-    fork.git("update-ref", fork.branch, fork.head)  # restore the branch, the
-    fork.git("read-tree --reset -u", fork.head)  # files, then what git created
-    for path in sorted((p for p in created if not created[p]), reverse=True):
+def by_hand(fork: Fork, command: str, args: list[str]) -> str:
+    """Returns the end of a conflict message: the commands to do it by hand."""
+    verb = command.split()[0]
+    words = " ".join(quote(arg) for arg in args)
+    hand = f"`{fork.cd} git {command} {words}`, fix the files, git add them"
+    hand += f", git {verb} --continue (or --abort)"
+    return f"; {NOTHING_CHANGED}; to do it by hand: {hand}"
+
+
+# Moving the fork
+
+
+def snapshot(fork: Fork) -> list[str]:
+    """Returns what git shows of HEAD, the index and the work tree."""
+    views = []
+    for view in ("rev-parse HEAD", "ls-files -s -z", "status --porcelain -z -uall"):
+        views.append(fork.git(view).stdout)
+    return views
+
+
+def paths_new_to_the_work_tree(fork: Fork, new_head: str) -> list[Path]:
+    """Returns the files new_head adds, and their folders, that the work tree lacks."""
+    names = fork.git("diff-tree -r -z --name-only --diff-filter=A", fork.head, new_head)
+    new = []
+    for name in names.stdout.split("\0"):
+        if not name:
+            continue
+        for path in [Path(name), *Path(name).parents]:
+            if not os.path.lexists(fork.top / path) and path not in new:
+                new.append(path)
+    return new
+
+
+def move_to(fork: Fork, new_head: str) -> Optional[str]:
+    """Moves index, work tree and branch to new_head; returns git's words on failure."""
+    step = fork.git("read-tree -m -u", fork.head, new_head)
+    if step.returncode != 0:
+        return f"git read-tree:{indented_below(step.stderr)}"
+    step = fork.git("update-ref -m apply_to_fork.py", fork.branch, new_head, fork.head)
+    if step.returncode != 0:
+        return f"git update-ref:{indented_below(step.stderr)}"
+    fork.git("update-ref ORIG_HEAD", fork.head)
+    return None
+
+
+def put_back(
+    fork: Fork, index: Path, saved_index: Optional[bytes], new: list[Path]
+) -> None:
+    """Puts the branch, the files, what git created and the index back as they were."""
+    fork.git("update-ref", fork.branch, fork.head)
+    fork.git("read-tree --reset -u", fork.head)
+    for path in sorted(new, reverse=True):  # a folder's files before the folder
         with contextlib.suppress(OSError):
-            os.rmdir(top / path) if (top / path).is_dir() else os.unlink(top / path)
-    index.write_bytes(saved) if saved is not None else None
-    failed = f"writing into {fork.q} failed (git {step.args[3]}:{indented(step.stderr)}"
-    if before != [fork.git(view).stdout for view in views]:
-        raise NotRestored(f"{failed}), and it could not be restored; get back: {back}")
-    raise Refused(f"{failed}); it was restored as it was{NOTHING}")
+            if (fork.top / path).is_dir():
+                os.rmdir(fork.top / path)
+            else:
+                os.unlink(fork.top / path)
+    if saved_index is not None:
+        index.write_bytes(saved_index)
 
 
-def apply(fork_arg: str) -> int:
-    series = load_series()
-    fork = locate_fork(fork_arg)
-    patches = missing_patches(fork, series)
+def list_new_commits(fork: Fork, done: str) -> None:
+    """Says what was done on the branch, and prints the commits it made."""
+    say(f"{done} branch {fork.branch_name} of {fork.quoted} (undo: {fork.undo()}):")
+    log = fork.git("log --reverse --format=%h%x20%s", f"{fork.head}..")
+    print(indent(log.stdout))
+
+
+def fast_forward(fork: Fork, new_head: str, done: str) -> None:
+    """Moves the fork to new_head; refuses, with the fork put back, if git refuses."""
+    if fork.git("rev-parse HEAD").stdout.strip() != fork.head:
+        raise Refused(f"HEAD of {fork.quoted} moved while this ran; run this again")
+    before = snapshot(fork)
+    index = fork.top / fork.output("rev-parse --git-path index")
+    saved_index = None
+    if index.exists():
+        saved_index = index.read_bytes()
+    new = paths_new_to_the_work_tree(fork, new_head)
+    fork.git("update-index -q --refresh")
+    refused = move_to(fork, new_head)
+    if refused is None:
+        list_new_commits(fork, done)
+        return
+    put_back(fork, index, saved_index, new)
+    failed = f"writing into {fork.quoted} failed ({refused})"
+    if snapshot(fork) != before:
+        get_back = f"get back: {fork.undo()}"
+        raise NotRestored(f"{failed}, and it could not be restored; {get_back}")
+    raise Refused(f"{failed}; it was restored as it was; {NOTHING_CHANGED}")
+
+
+# Applying
+
+
+def apply_conflicts_message(
+    fork: Fork, patches: list[Patch], lacking: list[str], trial: Trial
+) -> str:
+    """Returns the refusal of a series that does not apply, naming every conflict."""
+    message = f"the series does not apply to {fork.quoted}, not even with a 3-way merge"
+    if lacking:
+        setup = f"`bash {quote(ROOT / 'scripts/dev/setup.sh')} --pristine-only`"
+        fetch = f"`{fork.cd} git fetch {UPSTREAM_REPO} {RELEASE}`"
+        message += f" (for {NO_BASE}: run {setup} or {fetch})"
+    for stop in trial.stops:
+        patch = patches[int(stop.step) - 1]
+        reasons = stop.files
+        if not reasons:  # git am stopped for a missing merge base
+            reasons = {path: NO_BASE for path in patch.bases if path in lacking}
+        message += f"; {patch.name}: {files_and_reasons(reasons)}"
+    return message + by_hand(fork, "am -3", [str(patch.path) for patch in patches])
+
+
+def patches_merged_3way(patches: list[Patch], output: str) -> list[Patch]:
+    """Returns the patches git am merged 3-way, from what it printed."""
+    # git am prints "Applying: SUBJECT" for each patch, then, for one it merges
+    # 3-way, "Falling back to patching base and 3-way merge...".
+    steps = output.split("Applying: ")[1:]
+    merged = []
+    for number, patch in enumerate(patches):
+        if number < len(steps) and "3-way merge" in steps[number]:
+            merged.append(patch)
+    return merged
+
+
+def apply(fork_path: str) -> int:
+    """Applies the patches the fork lacks, in a trial first; returns the exit status."""
+    series = load_series(SERIES_FOLDER)
+    fork = open_fork(fork_path)
+    patches = patches_to_apply(fork, series)
     if not patches:
         return 0
-    lacking = supply_bases(fork, patches)
-    paths = [f for p in patches for f in p.changed + p.created]
-
-    def step_files(step, files):
-        patch = patches[int(step) - 1]
-        return patch.name, files or {f: WHY[""] for f in patch.pre if f in lacking}
-
-    what = f"the series does not apply to {fork.q}, not even with a 3-way merge"
-    setup = f"`bash {q(ROOT / 'scripts/dev/setup.sh')} --pristine-only`"
-    fetch = f"`{fork.cd} git fetch {UPSTREAM_REPO} v0.5.16`"
-    what += f" (for {WHY['']}: run {setup} or {fetch});" if lacking else ";"
-    head = trial(fork, paths, "am -3", [p.path for p in patches], what, step_files)
-    fast_forward(fork, head, f"applied {len(patches)} of the {len(series)} patches to")
-    steps = zip(patches, head.log.split("Applying: ")[1:])
-    merged = ", ".join(p.name for p, step in steps if "3-way merge" in step)
+    lacking = supply_merge_bases(fork, patches)
+    paths = []
+    for patch in patches:
+        paths += patch.changed + patch.created
+    trial = run_trial(fork, paths, "am -3", [str(patch.path) for patch in patches])
+    if trial.stops:
+        raise Refused(apply_conflicts_message(fork, patches, lacking, trial))
+    count = f"{len(patches)} of the {len(series.patches)} patches"
+    fast_forward(fork, trial.head, f"applied {count} to")
+    merged = patches_merged_3way(patches, trial.output)
     if merged:
         review = f"`{fork.cd} git log -p {fork.head[:12]}..`"
-        say(f"merged 3-way with your fork's changes: {merged}; review them ({review})")
-    tests = sorted(q(c) for p in series for c in p.created if TEST_FILE.match(c))
+        merged_patches = f"merged 3-way with your fork's changes: {names_of(merged)}"
+        say(f"{merged_patches}; review them ({review})")
     say("run the shipped tests on the fork's own tree, in its Python environment:")
-    print(f"    {fork.cd} PYTHONPATH=python python3 -m pytest {' '.join(tests)}")
+    tests = " ".join(series.shipped_tests())
+    print(f"    {fork.cd} PYTHONPATH=python python3 -m pytest {tests}")
     return 0
 
 
-def revert(fork_arg: str) -> int:
-    fork = locate_fork(fork_arg)
-    commits = [sha for sha, _ in backport_commits(fork)]
-    head, trailer = Record(sha=fork.head), f"`Backport-Of: {BACKPORT_OF}`"
+# Reverting
 
-    def step_files(sha, files):
-        for f, why in files.items():
-            log = fork.git("log --format=%H%x20%h%x20%s", f"{sha}..HEAD", "--", f)
-            by = [c[41:] for c in log.stdout.splitlines() if c[:40] not in commits]
-            files[f] = f"{why}; changed since by {', '.join(by) or 'a merge'}"
-        return f"reverting {sha[:12]}", files
 
+def changed_since(fork: Fork, sha: str, path: str, backport: list[str]) -> str:
+    """Returns "SHA SUBJECT, ..." of the fork's commits since sha that changed path."""
+    log = fork.git("log --format=%H%x20%h%x20%s", f"{sha}..HEAD", "--", path)
+    commits = []
+    for line in log.stdout.splitlines():
+        full_sha, commit = line.split(" ", 1)
+        if full_sha not in backport:
+            commits.append(commit)
+    return ", ".join(commits) or "a merge"
+
+
+def revert_conflicts_message(fork: Fork, commits: list[str], trial: Trial) -> str:
+    """Returns the refusal of a revert that conflicts, naming the commits in the way."""
+    message = f"this backport does not revert in {fork.quoted}, not even 3-way"
+    for stop in trial.stops:
+        reasons = {}
+        for path, why in stop.files.items():
+            since = changed_since(fork, stop.step, path, commits)
+            reasons[path] = f"{why}; changed since by {since}"
+        message += f"; reverting {stop.step[:12]}: {files_and_reasons(reasons)}"
+    return message + by_hand(fork, "revert --no-edit", commits)
+
+
+def fix_left(fork: Fork, rev: str, commits: list[str]) -> list[str]:
+    """Returns what rev still has of the fix once the commits are reverted."""
+    markers = OUR_FIX + DRAFT_WRITES
+    texts = file_texts(fork, rev, [marker.path for marker in markers])
+    left = found(OUR_FIX, texts)
+    if commits:  # reverting them brings every draft write back
+        for marker in DRAFT_WRITES:
+            if marker.code not in texts[marker.path]:
+                left.append(f"no draft write in {marker.label}")
+    return left
+
+
+def fix_left_message(fork: Fork, left: list[str], commits: list[str]) -> str:
+    """Returns the refusal of a fix that came (also) in commits without the trailer."""
+    where = "in none"
     if commits:
-        paths = out(fork.top, "show -z --name-only --format=", *commits).split("\0")
-        what = f"this backport does not revert in {fork.q}, not even 3-way;"
-        head = trial(fork, paths, "revert --no-edit", commits, what, step_files)
-    left = texts_at(fork, head.sha, [f for f, _, _ in OURS + BUG_SITES])
-    gone = [f"no draft write in {w}" for f, c, w in BUG_SITES if c not in left[f]]
-    left = ", ".join(found(OURS, left) + gone * bool(commits))
+        where = f"after reverting {len(commits)}"
+    fix = f"this backport's fix ({', '.join(left)}) {where} of its commits"
+    helper = OUR_FIX[0]
+    find = f"`{fork.cd} git log {quote('-S' + helper.code)} -- {helper.path}`"
+    hand = f"squashed, or applied by hand; revert it by hand (find it: {find})"
+    return (
+        f"{fork.quoted} has {fix} with the trailer {TRAILER}: {hand}; {NOTHING_CHANGED}"
+    )
+
+
+def files_changed_by(fork: Fork, commits: list[str]) -> list[str]:
+    """Returns the files the commits change."""
+    names = fork.output("show -z --name-only --format=", *commits).split("\0")
+    return [name for name in names if name]
+
+
+def revert(fork_path: str) -> int:
+    """Reverts this backport's commits, in a trial first; returns the exit status."""
+    fork = open_fork(fork_path)
+    commits = [commit.sha for commit in backport_commits(fork)]
+    new_head = fork.head
+    if commits:
+        paths = files_changed_by(fork, commits)
+        trial = run_trial(fork, paths, "revert --no-edit", commits)
+        if trial.stops:
+            raise Refused(revert_conflicts_message(fork, commits, trial))
+        new_head = trial.head
+    left = fix_left(fork, new_head, commits)
     if left:
-        where = f"after reverting {len(commits)}" if commits else "in none"
-        find = f"`{fork.cd} git log {q('-S' + OURS[0][1])} -- {OURS[0][0]}`"
-        fix = f"this backport's fix ({left}) {where} of its commits with the trailer"
-        hand = f"squashed, or applied by hand; revert it by hand (find it: {find})"
-        raise Refused(f"{fork.q} has {fix} {trailer}: {hand}{NOTHING}")
+        raise Refused(fix_left_message(fork, left, commits))
     if not commits:
-        why = f"no commit of this backport ({trailer}) that is not reverted"
-        return say(f"nothing to revert: {fork.q} has {why}; nothing to do") or 0
-    fast_forward(fork, head, f"reverted {len(commits)} commit(s), newest first, on")
-    say(f"now merge v0.5.17, or apply again (`python3 {q(TOOL)} {fork.q}`)")
+        why = f"no commit of this backport ({TRAILER}) that is not reverted"
+        say(f"nothing to revert: {fork.quoted} has {why}; nothing to do")
+        return 0
+    done = f"reverted {len(commits)} commit(s), newest first, on"
+    fast_forward(fork, new_head, done)
+    say(f"now merge v0.5.17, or apply again (`python3 {quote(TOOL)} {fork.quoted}`)")
     return 0
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Optional[list[str]] = None) -> int:
+    """Runs the tool on the command line's fork; returns the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("fork", help="the fork's git work tree (it has python/sglang/)")
-    what = "revert this backport's commits (its Backport-Of trailer) instead"
-    parser.add_argument("--revert", action="store_true", help=what)
+    parser.add_argument(
+        "--revert",
+        action="store_true",
+        help="revert this backport's commits (its Backport-Of trailer) instead",
+    )
     args = parser.parse_args(argv)
     try:
-        return (revert if args.revert else apply)(args.fork)
-    except Refused as exc:
-        print(f"apply: error: {exc}", file=sys.stderr)
-        return exc.code
+        if args.revert:
+            return revert(args.fork)
+        return apply(args.fork)
+    except Refused as refusal:
+        print(f"apply: error: {refusal}", file=sys.stderr)
+        return refusal.exit_code
 
 
 if __name__ == "__main__":

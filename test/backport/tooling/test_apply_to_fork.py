@@ -1,11 +1,43 @@
-"""scripts/fork/apply_to_fork.py on real git forks: one test per case of its
-message table (README, "The apply tool"), and the way to v0.5.17.
+r"""scripts/fork/apply_to_fork.py on real git repositories.
 
-A fork is a git repository of the untouched 0.5.16 package (.build/pristine) as
-python/sglang/, tagged v0.5.16: the files the series changes or the tool reads,
-or the whole package (``full``). A refusal leaves HEAD, branch, index, every
-file, stash and worktrees as they were (``state``). The older revision is this
-repository's patches/ at OLD_REVISION (Backport-Revision 2).
+There is a test for each row of the tool's message table (README.md, "The apply
+tool"), and tests for the way to v0.5.17. Every refusal must leave the fork as
+it was: HEAD, branch, index, every file (untracked ones too), stash and
+worktrees (``snapshot``).
+
+The repositories, oldest commit first. The release, made once for the module
+from .build/pristine (``release_repository``)::
+
+    A  "sglang 0.5.16"                                   <- main, tag v0.5.16
+       python/sglang/: the files the series changes, __init__.py, version.py
+       and srt/model_executor/model_runner.py (with full=True: the whole package)
+
+A fork is a clone of it, plus the commits a test makes (``fork_of_the_release``);
+the series comes by the tool or by ``git am``::
+
+    A --- (the test's own commits) --- P1 P2 P3 P4       <- main
+
+An imported fork has no upstream history (``imported_fork``): its one commit
+holds the release's files with server_args.py and multi_layer_eagle_worker_v2.py
+edited, so git lacks v0.5.16's copy of those two, the bases of a 3-way merge::
+
+    I  "fork: imported"                                  <- main
+
+A fork caught in a git operation (``fork_with_two_branches``)::
+
+    A --- M  "main", version.py "# main"                 <- main
+     \
+      O  "other", version.py "# other"                   <- other
+
+The way to v0.5.17 (``fork_on_the_way_to_v0_5_17``), F0 and F1 being the fork's
+own commits::
+
+    A --- F0 --- P1 P2 P3 P4 --- F1                      <- main
+     \
+      U  "sglang 0.5.17", the wheel's python/sglang/     <- v0.5.17
+
+The older revision of the series is this repository's patches/ at OLD_SERIES,
+Backport-Revision 2.
 """
 
 import hashlib
@@ -19,500 +51,821 @@ import tempfile
 import unittest
 import zipfile
 from pathlib import Path
+from typing import Optional
 
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase
 
-register_cpu_ci(est_time=90, suite="stage-a-test-cpu")
+register_cpu_ci(est_time=90, suite="base-a-test-cpu")
 
 ROOT = Path(__file__).resolve().parents[3]
 TOOL = ROOT / "scripts" / "fork" / "apply_to_fork.py"
 SERIES = sorted((ROOT / "patches").glob("*.patch"))
-PRISTINE, WHEELS = ROOT / ".build" / "pristine", ROOT / ".build" / "wheels"
-OLD_REVISION = "1db19c3"  # this repository's patches/ of Backport-Revision 2
-REVISION = re.findall(r"^Backport-Revision: (\S+)$", SERIES[0].read_text(), re.M)[0]
-SRT = "python/sglang/srt/"
-SERVER_ARGS, SCHEDULER = SRT + "server_args.py", SRT + "managers/scheduler.py"
-SPEC, RUNTIME_CONTEXT = SRT + "speculative/", SRT + "runtime_context.py"
-EAGLE, MULTI_LAYER = (
-    SPEC + "eagle_worker_v2.py",
-    SPEC + "multi_layer_eagle_worker_v2.py",
-)
+PRISTINE = ROOT / ".build" / "pristine"
+WHEELS = ROOT / ".build" / "wheels"
+OLD_SERIES = "1db19c3"  # a commit of this repository with Backport-Revision 2
+
+SERVER_ARGS = "python/sglang/srt/server_args.py"
+RUNTIME_CONTEXT = "python/sglang/srt/runtime_context.py"
+SCHEDULER = "python/sglang/srt/managers/scheduler.py"
+EAGLE = "python/sglang/srt/speculative/eagle_worker_v2.py"
+STANDALONE = "python/sglang/srt/speculative/standalone_worker_v2.py"
+MULTI_LAYER = "python/sglang/srt/speculative/multi_layer_eagle_worker_v2.py"
+DRAFT_WORKER_COMMON = "python/sglang/srt/speculative/draft_worker_common.py"
+FROZEN_KV_MTP = "python/sglang/srt/speculative/frozen_kv_mtp_worker_v2.py"
+VERSION = "python/sglang/version.py"
+INIT = "python/sglang/__init__.py"
+
 # Where a patched fork's merge of v0.5.17 conflicts.
-FOUR = [SCHEDULER, EAGLE, SPEC + "draft_worker_common.py"]
-FOUR += [SPEC + "frozen_kv_mtp_worker_v2.py"]
-UPSTREAM_FIXES = [("speculative/draft_worker_common.py", "draft_server_args_copy")]
-UPSTREAM_FIXES += [("model_executor/model_runner.py", "_resolve_draft_load_format")]
-PIPES = dict(capture_output=True, text=True)
+V0_5_17_CONFLICTS = [SCHEDULER, EAGLE, DRAFT_WORKER_COMMON, FROZEN_KV_MTP]
+# Upstream's own fix: the file under python/sglang/srt/, and the function.
+UPSTREAM_FIXES = {
+    "speculative/draft_worker_common.py": "draft_server_args_copy",
+    "model_executor/model_runner.py": "_resolve_draft_load_format",
+}
+# The fork's own commits on the way to v0.5.17: the file each adds.
+FORKS_OWN_FILES = {
+    "FORK_NOTES.md": "our notes\n",
+    "python/sglang/fork_local.py": "X = 1\n",
+}
+# git hooks of the fork, for the tests of what git refuses.
+REFUSING_HOOK = "#!/bin/sh\necho 'fork policy: no' >&2\nexit 1\n"
+BRANCH_UPDATE_REFUSING_HOOK = """#!/bin/sh
+[ "$1" = prepared ] || exit 0
+grep -q refs/heads/ || exit 0
+echo no >&2
+exit 1
+"""
 
 
-def setUpModule():
-    global TMP, ENV, BASE
+def setUpModule() -> None:
+    """Makes the scratch folder, git's environment and the release repository."""
+    global TMP, ENV, RELEASE
     if not (PRISTINE / "sglang" / "srt" / "server_args.py").is_file():
         raise RuntimeError(f"{PRISTINE} is missing; run scripts/dev/setup.sh")
     TMP = Path(tempfile.mkdtemp(prefix="apply-to-fork-"))
-    ENV = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    ENV.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
-    ENV.update(GIT_OPTIONAL_LOCKS="0", GIT_CEILING_DIRECTORIES=str(TMP))
-    files = {"__init__.py", "version.py", "srt/model_executor/model_runner.py"}
-    for patch in SERIES:
-        diff = r"^diff --git a/python/sglang/(\S+) b/"
-        files |= set(re.findall(diff, patch.read_text(), re.M))
-    BASE = make_base(TMP / "base", files)
+    ENV = {}
+    for name, value in os.environ.items():
+        if not name.startswith("GIT_"):
+            ENV[name] = value
+    ENV["GIT_CONFIG_NOSYSTEM"] = "1"
+    ENV["GIT_CONFIG_GLOBAL"] = os.devnull
+    ENV["GIT_OPTIONAL_LOCKS"] = "0"
+    ENV["GIT_CEILING_DIRECTORIES"] = str(TMP)
+    RELEASE = release_repository(TMP / "release", files_the_tests_need())
 
 
-def tearDownModule():
+def tearDownModule() -> None:
+    """Removes the scratch folder."""
     shutil.rmtree(TMP, ignore_errors=True)
 
 
-def git(cwd, *args, check=True):
-    run = subprocess.run(["git", *args], cwd=cwd, env=ENV, **PIPES)
-    if check and run.returncode:
+def git(cwd: Path, *args: str, check: bool = True) -> str:
+    """Runs git in cwd and returns its stripped output; fails the test if git fails."""
+    run = subprocess.run(
+        ["git", *args], cwd=cwd, env=ENV, capture_output=True, text=True
+    )
+    if check and run.returncode != 0:
         raise AssertionError(f"git {' '.join(args)} failed:\n{run.stderr}")
     return run.stdout.strip()
 
 
-def commit_all(fork, message):
-    git(fork, "add", "-A")
-    who = "-c user.name=Fork -c user.email=fork@example.invalid".split()
-    git(fork, *who, "commit", "-q", "--allow-empty", "-m", message)
+def commit_everything(repo: Path, message: str) -> None:
+    """Commits every change in repo, new files too."""
+    git(repo, "add", "-A")
+    identity = ["-c", "user.name=Fork", "-c", "user.email=fork@example.invalid"]
+    git(repo, *identity, "commit", "-q", "--allow-empty", "-m", message)
 
 
-def make_base(path, files=None):
-    package, release = path / "python" / "sglang", PRISTINE / "sglang"
+def write(path: Path, text: str, mode: Optional[int] = None) -> None:
+    """Writes text to path, making its folders, and sets its mode if given."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    if mode is not None:
+        path.chmod(mode)
+
+
+def files_the_tests_need() -> set[str]:
+    """The files under python/sglang/ the series changes, and those the tests read."""
+    files = {"__init__.py", "version.py", "srt/model_executor/model_runner.py"}
+    for patch in SERIES:
+        diff = r"^diff --git a/python/sglang/(\S+) b/"
+        files |= set(re.findall(diff, patch.read_text(), re.M))
+    return files
+
+
+def release_repository(path: Path, files: Optional[set[str]] = None) -> Path:
+    """Commit A: the release's files (all of them without files), tagged v0.5.16."""
+    package = path / "python" / "sglang"
+    release = PRISTINE / "sglang"
     if files is None:
-        shutil.copytree(release, package, ignore=lambda *_: ["__pycache__"])
-    for rel in (f for f in files or () if (release / f).is_file()):
-        (package / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(release / rel, package / rel)
+        ignore = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(release, package, ignore=ignore)
+    for name in sorted(files or ()):
+        if (release / name).is_file():
+            (package / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(release / name, package / name)
     git(path, "init", "-q", "-b", "main")
-    commit_all(path, "sglang 0.5.16")
+    commit_everything(path, "sglang 0.5.16")
     git(path, "tag", "v0.5.16")
     return path
 
 
-def created(patches):
+def files_created_by(patches: list[Path]) -> list[str]:
+    """The files the patches create, in order."""
     pattern = r"^diff --git a/\S+ b/(\S+)\nnew file mode"
-    return [m for p in patches for m in re.findall(pattern, p.read_text(), re.M)]
+    created = []
+    for patch in patches:
+        created += re.findall(pattern, patch.read_text(), re.M)
+    return created
 
 
-def hunk(path, at_change):
-    """0-based line of v0.5.16's path in the series' first hunk there: the one
-    it changes first (or, adding only, the one after its addition), or (not
-    at_change) the second of its leading context lines."""
+def backport_revision(patches: list[Path]) -> str:
+    """The Backport-Revision trailer of the first patch."""
+    trailer = r"^Backport-Revision: (\S+)$"
+    return re.findall(trailer, patches[0].read_text(), re.M)[0]
+
+
+REVISION = backport_revision(SERIES)
+
+
+def first_hunk(path: str) -> tuple[int, list[str]]:
+    """The 0-based line of v0.5.16's path where the series' first hunk there
+    starts, and that hunk's leading context lines."""
     for patch in SERIES:
-        head = rf"^diff --git a/{re.escape(path)} (?s:.*?)^@@ -(\d+).*\n((?: .*\n)*)"
-        if found := re.search(head, patch.read_text(), re.M):
-            return int(found[1]) - 1 + (len(found[2].splitlines()) if at_change else 1)
+        header = rf"^diff --git a/{re.escape(path)} (?s:.*?)^@@ -(\d+).*\n((?: .*\n)*)"
+        hunk = re.search(header, patch.read_text(), re.M)
+        if hunk is not None:
+            return int(hunk[1]) - 1, hunk[2].splitlines()
     raise AssertionError(f"the series does not change {path}")
 
 
-def write(path, text, mode=None):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    path.chmod(mode) if mode else None
+def add_note_to_a_changed_line(fork: Path, path: str, note: str) -> None:
+    """Adds a comment to the first line the series changes in path: a conflict."""
+    start, context = first_hunk(path)
+    lines = (fork / path).read_text().splitlines(True)
+    changed = start + len(context)
+    lines[changed] = lines[changed].rstrip("\n") + f"  {note}\n"
+    (fork / path).write_text("".join(lines))
+
+
+def add_note_inside_the_context(fork: Path, path: str, note: str) -> None:
+    """Adds a comment line inside the leading context of the series' first hunk in
+    path: `git apply` fails there, and a 3-way merge takes it."""
+    start, _ = first_hunk(path)
+    lines = (fork / path).read_text().splitlines(True)
+    indentation = re.match(r"[ \t]*", lines[start + 1])[0]
+    lines.insert(start + 1, f"{indentation}{note}\n")
+    (fork / path).write_text("".join(lines))
+
+
+def older_series() -> list[Path]:
+    """Backport-Revision 2 of the series, read from this repository's history."""
+    listing = git(ROOT, "ls-tree", "--name-only", OLD_SERIES, "patches/", check=False)
+    if not listing:
+        raise unittest.SkipTest(f"needs this repository's history ({OLD_SERIES})")
+    folder = Path(tempfile.mkdtemp(dir=TMP, prefix="older-series-"))
+    for name in listing.splitlines():
+        if name.endswith(".patch"):
+            text = git(ROOT, "show", f"{OLD_SERIES}:{name}") + "\n"
+            (folder / Path(name).name).write_text(text)
+    return sorted(folder.glob("*.patch"))
+
+
+def am(fork: Path, patches: list[Path], how: str = "am -3") -> None:
+    """Applies patches in fork with `git am -3`, or with the git command given."""
+    git(fork, *how.split(), *[str(patch) for patch in patches])
+
+
+def commands_in(text: str) -> list[str]:
+    """The commands a message prints: in backticks, or on an indented line."""
+    commands = re.findall(r"`([^`]+)`", text)
+    for line in text.splitlines():
+        if line.startswith("    "):
+            commands.append(line.strip())
+    return commands
 
 
 class ForkCase(CustomTestCase):
-    count = 0
+    """Builds forks and runs the tool on them."""
 
-    def clone(self, name=None, source=None, full=False, init=False):
-        if full and not (TMP / "full").exists():
-            make_base(TMP / "full")
-        type(self).count += 1
-        fork = TMP / (name or f"{type(self).__name__}-{self.count}")
+    def scratch_folder(self) -> Path:
+        """A new folder under the module's scratch folder, removed after the test."""
+        folder = Path(tempfile.mkdtemp(dir=TMP, prefix=f"{self._testMethodName}-"))
+        self.addCleanup(shutil.rmtree, folder, ignore_errors=True)
+        return folder
+
+    def fork_of_the_release(
+        self, name: str = "fork", full: bool = False, source: Optional[Path] = None
+    ) -> Path:
+        """A clone of the release (of the whole package with full, or of source),
+        with a committer of its own."""
+        if source is None:
+            source = RELEASE
+        if full:
+            source = TMP / "full-release"
+            if not source.exists():
+                release_repository(source)
+        fork = self.scratch_folder() / name
         fork.parent.mkdir(parents=True, exist_ok=True)
-        source = source or (TMP / "full" if full else BASE)
         git(TMP, "clone", "-q", "--shared", str(source), str(fork))
-        self.addCleanup(shutil.rmtree, fork, ignore_errors=True)
-        shutil.rmtree(fork / ".git") if init else None
-        git(fork, "init", "-q", "-b", "main") if init else None
         git(fork, "config", "user.name", "Fork Maintainer")
         git(fork, "config", "user.email", "fork@example.invalid")
         return fork
 
-    def tool(self, fork, *flags, tool=TOOL, env=None):
-        command = [sys.executable, tool, *flags, fork]
-        return subprocess.run(command, env={**ENV, **(env or {})}, **PIPES)
+    def imported_fork(self, without: tuple[str, ...] = ()) -> Path:
+        """Commit I: the release's files, two of them edited, with no history
+        before; without: files it does not have at all."""
+        fork = self.fork_of_the_release()
+        shutil.rmtree(fork / ".git")
+        git(fork, "init", "-q", "-b", "main")
+        git(fork, "config", "user.name", "Fork Maintainer")
+        git(fork, "config", "user.email", "fork@example.invalid")
+        for path in (SERVER_ARGS, MULTI_LAYER):
+            add_note_inside_the_context(fork, path, "# fork: imported")
+        for path in without:
+            (fork / path).unlink()
+        commit_everything(fork, "fork: imported")
+        return fork
 
-    def project(self, patches=SERIES, pristine=True):
-        """A copy of this project: the tool, these patches, .build/pristine."""
-        type(self).count += 1
-        root = TMP / f"project-{self.count}"
-        write(root / "scripts" / "fork" / TOOL.name, TOOL.read_text())
+    def fork_with_two_branches(self) -> Path:
+        """Commits M on main and O on other, both changing version.py."""
+        fork = self.fork_of_the_release()
+        git(fork, "switch", "-q", "-c", "other")
+        for branch in ("other", "main"):
+            git(fork, "switch", "-q", branch)
+            write(fork / VERSION, f"# {branch}\n")
+            commit_everything(fork, branch)
+        return fork
+
+    def copy_of_this_project(
+        self, patches: list[Path] = SERIES, pristine: bool = True
+    ) -> Path:
+        """This project's tool with other patches, or without .build/pristine;
+        returns the tool's path in the copy."""
+        root = self.scratch_folder() / "project"
+        tool = root / "scripts" / "fork" / TOOL.name
+        write(tool, TOOL.read_text())
         (root / "patches").mkdir()
-        for patch in map(Path, patches):
+        for patch in patches:
             write(root / "patches" / patch.name, patch.read_text())
         (root / ".build").mkdir()
-        (root / ".build" / "pristine").symlink_to(PRISTINE) if pristine else None
-        return root / "scripts" / "fork" / TOOL.name
+        if pristine:
+            (root / ".build" / "pristine").symlink_to(PRISTINE)
+        return tool
 
-    def state(self, fork):
-        files = {}
-        for dirpath, dirnames, filenames in os.walk(fork):
-            dirnames[:] = [d for d in dirnames if d != ".git" or dirpath != str(fork)]
-            for path in (Path(dirpath, n) for n in dirnames + filenames):
-                body = path.is_file() and not path.is_symlink() and path.read_bytes()
-                digest = hashlib.sha1(body or b"").digest()
-                files[str(path)] = (path.lstat().st_mode, digest)
-        views = "rev-parse HEAD,symbolic-ref -q HEAD,stash list,worktree list"
-        views += ",status --porcelain -uall --ignored,rev-parse --git-path index"
-        state = [git(fork, *v.split(), check=False) for v in views.split(",")]
-        return state + [(fork / state[-1]).read_bytes(), files]
+    def run_tool(
+        self,
+        fork: Path,
+        *flags: str,
+        tool: Path = TOOL,
+        env: Optional[dict[str, str]] = None,
+    ) -> subprocess.CompletedProcess:
+        """Runs the tool on fork and returns the run."""
+        command = [sys.executable, str(tool), *flags, str(fork)]
+        run_env = dict(ENV)
+        run_env.update(env or {})
+        return subprocess.run(command, env=run_env, capture_output=True, text=True)
 
-    def refuses(self, fork, *needles, flags=(), **tool_args):
-        before = self.state(fork)
-        run = self.tool(fork, *flags, **tool_args)
+    def snapshot(self, fork: Path) -> dict:
+        """HEAD, branch, stash, worktrees, status, the index's bytes, and each
+        file's and folder's mode and content outside .git."""
+        views = {
+            "HEAD": "rev-parse HEAD",
+            "branch": "symbolic-ref -q HEAD",
+            "stash": "stash list",
+            "worktrees": "worktree list",
+            "status": "status --porcelain -uall --ignored",
+        }
+        state = {}
+        for name, view in views.items():
+            state[name] = git(fork, *view.split(), check=False)
+        index = git(fork, "rev-parse", "--git-path", "index")
+        state["index"] = (fork / index).read_bytes()
+        state["files"] = {}
+        for folder, folders, files in os.walk(fork):
+            if folder == str(fork):
+                folders.remove(".git")
+            for name in folders + files:
+                path = Path(folder, name)
+                content = b""
+                if path.is_file() and not path.is_symlink():
+                    content = path.read_bytes()
+                digest = hashlib.sha1(content).hexdigest()
+                state["files"][str(path)] = (path.lstat().st_mode, digest)
+        return state
+
+    def assert_refused(
+        self,
+        fork: Path,
+        *needles: str,
+        flags: tuple[str, ...] = (),
+        tool: Path = TOOL,
+    ) -> subprocess.CompletedProcess:
+        """Asserts the tool refuses, saying each needle, and changes nothing."""
+        before = self.snapshot(fork)
+        run = self.run_tool(fork, *flags, tool=tool)
         self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
         self.assertTrue(run.stderr.startswith("apply: error: "), run.stderr)
         for needle in needles:
             self.assertIn(needle, run.stderr)
-        self.assertEqual(self.state(fork), before)
+        self.assertEqual(self.snapshot(fork), before)
         return run
 
-    def leaves_alone(self, fork, *needles, flags=()):
-        before, run = self.state(fork), self.tool(fork, *flags)
+    def assert_nothing_to_do(
+        self, fork: Path, *needles: str, flags: tuple[str, ...] = ()
+    ) -> None:
+        """Asserts the tool says there is nothing to do, saying each needle, and
+        changes nothing."""
+        before = self.snapshot(fork)
+        run = self.run_tool(fork, *flags)
         self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
         for needle in ("; nothing to do", *needles):
             self.assertIn(needle, run.stdout)
-        self.assertEqual(self.state(fork), before)
+        self.assertEqual(self.snapshot(fork), before)
 
-    def assert_done(self, run, fork, needle=f"applied {len(SERIES)} of the"):
+    def assert_done(
+        self,
+        run: subprocess.CompletedProcess,
+        fork: Path,
+        said: str = f"applied {len(SERIES)} of the",
+    ) -> None:
+        """Asserts the run succeeded, said so, and left a clean fork with no trial."""
         self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
-        self.assertIn(f"apply: {needle}", run.stdout)
+        self.assertIn(f"apply: {said}", run.stdout)
         self.assertEqual(git(fork, "status", "--porcelain", "-uno"), "")
         self.assertEqual(len(git(fork, "worktree", "list").splitlines()), 1)
 
-    def edit(self, fork, path, at_change=False, note="# fork: a local note"):
-        """A note on the line the series changes first in path (a conflict), or
-        inside its leading context (a plain apply fails, a 3-way merges)."""
-        lines, i = (fork / path).read_text().splitlines(True), hunk(path, at_change)
-        if at_change:
-            lines[i] = lines[i].rstrip("\n") + f"  {note}\n"
-        else:
-            lines.insert(i, re.match(r"[ \t]*", lines[i])[0] + note + "\n")
-        (fork / path).write_text("".join(lines))
-
-    def printed(self, text, start, env=None):
-        """Runs the printed command (in backticks, or indented) that starts so."""
-        indented = [t.strip() for t in text.splitlines() if t.startswith("    ")]
-        for command in re.findall(r"`([^`]+)`", text) + indented:
+    def run_printed_command(
+        self, text: str, start: str, env: Optional[dict[str, str]] = None
+    ) -> subprocess.CompletedProcess:
+        """Runs the first command text prints that starts with start."""
+        for command in commands_in(text):
             if command.startswith(start):
-                return subprocess.run(["bash", "-c", command], env=env or ENV, **PIPES)
+                return subprocess.run(
+                    ["bash", "-c", command],
+                    env=env or ENV,
+                    capture_output=True,
+                    text=True,
+                )
         self.fail(f"no command starting {start!r} in:\n{text}")
 
-    def imported(self, without=()):
-        """A fork imported without upstream history, server_args.py and
-        multi_layer_eagle_worker_v2.py drifted: it lacks their v0.5.16 blobs."""
-        fork = self.clone(init=True)
-        for path in (SERVER_ARGS, MULTI_LAYER):
-            self.edit(fork, path, note="# fork: imported")
-        for path in without:
-            (fork / path).unlink()
-        commit_all(fork, "fork: imported")
-        return fork
 
-    def older_series(self):
-        ls = ["ls-tree", "--name-only", OLD_REVISION, "patches/"]
-        if not (listing := git(ROOT, *ls, check=False)):
-            self.skipTest(f"needs this repository's history ({OLD_REVISION})")
-        folder = Path(tempfile.mkdtemp(dir=TMP))
-        for name in filter(lambda n: n.endswith(".patch"), listing.splitlines()):
-            text = git(ROOT, "show", f"{OLD_REVISION}:{name}") + "\n"
-            (folder / Path(name).name).write_text(text)
-        return sorted(folder.glob("*.patch"))
-
-    def am(self, fork, *patches, how="am -3"):
-        git(fork, *how.split(), *map(str, patches))
-
-
-class TestApply(ForkCase):
-    def test_applied_as_git_am_does_and_the_printed_tests_pass(self):
-        fork, by_hand = self.clone(full=True), self.clone(full=True)
+class TestApplying(ForkCase):
+    def test_it_makes_the_commits_git_am_makes_on_the_forks_branch(self) -> None:
+        fork = self.fork_of_the_release(full=True)
+        by_hand = self.fork_of_the_release(full=True)
         git(fork, "switch", "-q", "-c", "my-fork")
-        start, run = git(fork, "rev-parse", "HEAD"), self.tool(fork)
+        start = git(fork, "rev-parse", "HEAD")
+        run = self.run_tool(fork)
         self.assert_done(run, fork)
         self.assertEqual(git(fork, "symbolic-ref", "--short", "HEAD"), "my-fork")
         self.assertEqual(git(fork, "rev-parse", "ORIG_HEAD"), start)
         self.assertIn(f"git reset --hard {start[:12]}", run.stdout)
-        self.am(by_hand, *SERIES)
+        am(by_hand, SERIES)
         for args in (["log", "--format=%an %ae %B", f"{start}.."], ["write-tree"]):
             self.assertEqual(git(fork, *args), git(by_hand, *args))
-        for path in created(SERIES):  # the printed command runs the shipped tests
+
+    def test_the_printed_command_runs_the_shipped_tests_on_the_forks_sglang(
+        self,
+    ) -> None:
+        fork = self.fork_of_the_release(full=True)
+        run = self.run_tool(fork)
+        self.assert_done(run, fork)
+        for path in files_created_by(SERIES):
             shipped = path.startswith("test/registered/") and "/test_" in path
             self.assertEqual(shipped, path in run.stdout, path)
-        env = {k: v for k, v in ENV.items() if not k.startswith("PYTEST_")}
+        env = {}
+        for name, value in ENV.items():
+            if not name.startswith("PYTEST_"):
+                env[name] = value
         env["PATH"] = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         prefix = f"cd {fork} && PYTHONPATH=python python3"
-        tests = self.printed(run.stdout, f"{prefix} -m pytest", env)
+        tests = self.run_printed_command(run.stdout, f"{prefix} -m pytest", env)
         self.assertRegex(tests.stdout, r"\d+ passed", tests.stdout[-3000:])
+        # The same command, asked where sglang comes from: the fork's own tree.
         where = "-c 'import sglang; print(sglang.__file__)' #"
-        run.stdout = run.stdout.replace("-m pytest", where)
-        where = self.printed(run.stdout, f"{prefix} -c", env)
-        self.assertEqual(where.stdout.strip(), str(fork / "python/sglang/__init__.py"))
+        asked = run.stdout.replace("-m pytest", where)
+        imported = self.run_printed_command(asked, f"{prefix} -c", env)
+        self.assertEqual(imported.stdout.strip(), str(fork / INIT))
 
-    def test_a_drifted_fork_is_merged_3way_and_gets_the_patches_it_lacks(self):
-        for count in (0, 1, len(SERIES) - 1):  # patches the fork already has
-            with self.subTest(present=count):
-                fork = self.clone()
-                self.edit(fork, SCHEDULER)
-                commit_all(fork, "fork: a note near the backport")
-                self.am(fork, *SERIES[:count])
-                run, rest = self.tool(fork), len(SERIES) - count
+    def test_a_fork_that_drifted_near_the_patches_gets_them_merged_3way(self) -> None:
+        for present in (0, 1, len(SERIES) - 1):  # patches the fork has already
+            with self.subTest(present=present):
+                fork = self.fork_of_the_release()
+                add_note_inside_the_context(fork, SCHEDULER, "# fork: a local note")
+                commit_everything(fork, "fork: a note near the backport")
+                if present:
+                    am(fork, SERIES[:present])
+                run = self.run_tool(fork)
+                rest = len(SERIES) - present
                 self.assert_done(run, fork, f"applied {rest} of the {len(SERIES)}")
                 subjects = git(fork, "log", "--format=%s", f"HEAD~{rest}..")
-                self.assertTrue(all(s in run.stdout for s in subjects.splitlines()))
-                merged = "merged 3-way with your fork's changes: "  # SERIES[1]'s
-                self.assertEqual(merged + SERIES[1].name in run.stdout, count < 2)
+                for subject in subjects.splitlines():
+                    self.assertIn(subject, run.stdout)
+                # The note is in patch 0002's context: the tool merged it 3-way
+                # unless git am -3 above did.
+                merged = f"merged 3-way with your fork's changes: {SERIES[1].name}"
+                self.assertEqual(merged in run.stdout, present < 2)
                 self.assertIn("# fork: a local note", (fork / SCHEDULER).read_text())
-                self.leaves_alone(fork, "every patch", "; merged with your changes: ")
+                self.assert_nothing_to_do(
+                    fork, "every patch", "; merged with your changes: "
+                )
 
-    def test_the_release_gives_the_bases_a_history_lacks_or_they_are_named(self):
-        fork, by_hand = self.imported(), self.imported()
-        am = subprocess.run(["git", "am", "-3", *SERIES], cwd=by_hand, env=ENV, **PIPES)
-        self.assertRegex(am.stderr, "lacking or useless|lacks necessary blobs")
-        tool = self.project(pristine=False)
-        setup = shlex.quote(str(tool.parents[2] / "scripts/dev/setup.sh"))
-        base = f"{SERVER_ARGS} (no v0.5.16 base), {MULTI_LAYER} (no v0.5.16 base)"
-        self.refuses(fork, base, f"run `bash {setup} --pristine-only`", tool=tool)
-        run = self.tool(fork)
+    def test_merge_bases_the_forks_history_lacks_come_from_the_release(self) -> None:
+        fork = self.imported_fork()
+        by_hand = self.imported_fork()
+        # git am -3 alone cannot merge: the fork's history lacks the bases.
+        patches = [str(patch) for patch in SERIES]
+        plain_am = subprocess.run(
+            ["git", "am", "-3", *patches],
+            cwd=by_hand,
+            env=ENV,
+            capture_output=True,
+            text=True,
+        )
+        self.assertRegex(plain_am.stderr, "lacking or useless|lacks necessary blobs")
+        run = self.run_tool(fork)
         self.assert_done(run, fork)
         self.assertIn("gave git v0.5.16's 2 file(s) to merge 3-way", run.stdout)
         self.assertIn("# fork: imported", (fork / SERVER_ARGS).read_text())
 
-    def test_twice_or_in_another_revision_is_already_patched(self):
-        # Twice (the fork's own tags do not count); edited after applying; the
-        # older revision squashed, without trailers.
-        twice, edited, squashed = self.clone(), self.clone(), self.clone()
-        write(twice / "python/sglang/version.py", '__version__ = "1.0.0"\n')
-        commit_all(twice, "release 1.0.0 of our fork")
-        git(twice, "tag", "v1.0.0")
-        self.assert_done(self.tool(twice), twice)
-        self.leaves_alone(twice, "already patched", "has every patch of this backport")
-        self.tool(edited)
-        text = (edited / SERVER_ARGS).read_text()
-        doc = re.search(r"def draft_server_args_copy\(.*\n\s+\"\"\"(.*)\n", text)[1]
-        write(edited / SERVER_ARGS, text.replace(doc, "Our own revision."))
-        commit_all(edited, "fork: our own revision of the backport")
-        self.am(squashed, *self.older_series(), how="apply --index")
-        commit_all(squashed, "fork: the draft ServerArgs fix, squashed")
-        for fork in (edited, squashed):
-            with self.subTest(fork=fork.name):
-                self.leaves_alone(fork, "already patched", "in another revision than")
+    def test_without_the_release_the_files_lacking_a_merge_base_are_named(self) -> None:
+        fork = self.imported_fork()
+        tool = self.copy_of_this_project(pristine=False)
+        setup = shlex.quote(str(tool.parents[2] / "scripts/dev/setup.sh"))
+        lacking = f"{SERVER_ARGS} (no v0.5.16 base), {MULTI_LAYER} (no v0.5.16 base)"
+        run_setup = f"run `bash {setup} --pristine-only`"
+        self.assert_refused(fork, lacking, run_setup, tool=tool)
 
-    def test_upstreams_fix_is_recognised_from_its_code(self):
-        for path, name in UPSTREAM_FIXES:
+    def test_a_second_run_has_nothing_to_do(self) -> None:
+        fork = self.fork_of_the_release()
+        # The fork's own release tag must not count: the tool reads the code.
+        write(fork / VERSION, '__version__ = "1.0.0"\n')
+        commit_everything(fork, "release 1.0.0 of our fork")
+        git(fork, "tag", "v1.0.0")
+        self.assert_done(self.run_tool(fork), fork)
+        self.assert_nothing_to_do(
+            fork, "already patched", "has every patch of this backport"
+        )
+
+    def test_the_fix_edited_after_applying_is_already_patched(self) -> None:
+        fork = self.fork_of_the_release()
+        self.assert_done(self.run_tool(fork), fork)
+        text = (fork / SERVER_ARGS).read_text()
+        helper = r"def draft_server_args_copy\(.*\n\s+\"\"\"(.*)\n"
+        docstring = re.search(helper, text)[1]
+        write(fork / SERVER_ARGS, text.replace(docstring, "Our own revision."))
+        commit_everything(fork, "fork: our own revision of the backport")
+        self.assert_nothing_to_do(fork, "already patched", "in another revision than")
+
+    def test_an_older_revision_squashed_without_trailers_is_already_patched(
+        self,
+    ) -> None:
+        fork = self.fork_of_the_release()
+        am(fork, older_series(), how="apply --index")
+        commit_everything(fork, "fork: the draft ServerArgs fix, squashed")
+        self.assert_nothing_to_do(fork, "already patched", "in another revision than")
+
+    def test_upstreams_fix_is_recognised_from_its_code(self) -> None:
+        for path, function in UPSTREAM_FIXES.items():
             with self.subTest(path=path):
-                fork = self.clone()
-                code = f"\n\ndef {name}(*args):\n    pass\n"
-                write(fork / SRT / path, (fork / SRT / path).read_text() + code)
-                commit_all(fork, "upstream: its own fix")
-                self.leaves_alone(fork, "already fixed upstream", f"{name}() in {path}")
+                fork = self.fork_of_the_release()
+                source = fork / "python/sglang/srt" / path
+                code = f"\n\ndef {function}(*args):\n    pass\n"
+                write(source, source.read_text() + code)
+                commit_everything(fork, "upstream: its own fix")
+                self.assert_nothing_to_do(
+                    fork, "already fixed upstream", f"{function}() in {path}"
+                )
 
-    def test_an_older_revision_is_told_to_revert_then_apply(self):
-        fork, fresh = self.clone(), self.clone()
-        self.am(fork, *self.older_series(), how="am")
-        older = f"has Backport-Revision {int(REVISION) - 1} of this backport"
-        run = self.refuses(fork, older, f"patches/ Revision {REVISION}; revert it")
-        self.assertEqual(self.printed(run.stderr, "python3 ").returncode, 0)
-        self.assert_done(self.tool(fork), fork)
-        self.tool(fresh)
-        trees = {git(f, "rev-parse", "HEAD^{tree}") for f in (fork, fresh)}
-        self.assertEqual(len(trees), 1)
+    def test_an_older_revision_is_told_to_revert_then_apply(self) -> None:
+        fork = self.fork_of_the_release()
+        fresh = self.fork_of_the_release()
+        older = older_series()
+        old_revision = backport_revision(older)
+        self.assertNotEqual(old_revision, REVISION)
+        am(fork, older, how="am")
+        run = self.assert_refused(
+            fork,
+            f"has Backport-Revision {old_revision} of this backport",
+            f"patches/ Revision {REVISION}; revert it",
+        )
+        reverted = self.run_printed_command(run.stderr, "python3 ")
+        self.assertEqual(reverted.returncode, 0, reverted.stdout + reverted.stderr)
+        self.assert_done(self.run_tool(fork), fork)
+        self.assert_done(self.run_tool(fresh), fresh)
+        tree = git(fork, "rev-parse", "HEAD^{tree}")
+        self.assertEqual(tree, git(fresh, "rev-parse", "HEAD^{tree}"))
 
-    def test_a_partial_backport_is_refused_with_what_it_lacks(self):
-        fork = self.clone()
-        spec = next(p for p in SERIES if "def draft_server_args_copy(" in p.read_text())
-        git(fork, "apply", f"--include={SERVER_ARGS}", str(spec))
-        commit_all(fork, "fork: take draft_server_args_copy only")
-        has = "part of this backport: it has draft_server_args_copy()"
-        lacks = f"it lacks scoped_server_args(), {SERIES[0].name}"
-        writes = "draft writes in scheduler.py, eagle_worker_v2.py"
-        found = self.printed(self.refuses(fork, has, lacks, writes).stderr, "cd ")
+    def test_part_of_the_fix_is_refused_with_what_it_has_and_lacks(self) -> None:
+        fork = self.fork_of_the_release()
+        fix = next(p for p in SERIES if "def draft_server_args_copy(" in p.read_text())
+        git(fork, "apply", f"--include={SERVER_ARGS}", str(fix))
+        commit_everything(fork, "fork: take draft_server_args_copy only")
+        run = self.assert_refused(
+            fork,
+            "part of this backport: it has draft_server_args_copy()",
+            f"it lacks scoped_server_args(), {SERIES[0].name}",
+            "draft writes in scheduler.py, eagle_worker_v2.py",
+        )
+        found = self.run_printed_command(run.stderr, "cd ")
         self.assertIn(git(fork, "rev-parse", "--short", "HEAD"), found.stdout)
 
-    def test_conflicts_in_several_files_and_patches_are_named_at_once(self):
-        fork, never = self.clone(), self.imported(without=[MULTI_LAYER])
+    def test_every_conflict_of_every_patch_is_named_at_once(self) -> None:
+        fork = self.fork_of_the_release()
         for path in (RUNTIME_CONTEXT, SCHEDULER, EAGLE):
-            self.edit(fork, path, True, "# fork: our own change")
-        write(fork / created(SERIES)[0], "upstream's own\n")
-        commit_all(fork, "fork: change lines the backport changes")
-        why = [f"{SERIES[0].name}: {RUNTIME_CONTEXT} (changed in your fork too)"]
-        why += [f"{SCHEDULER} (changed", f"{EAGLE} (changed", "not even with a 3-way"]
-        run = self.refuses(fork, *why, f"{created(SERIES)[0]} (your fork already has")
+            add_note_to_a_changed_line(fork, path, "# fork: our own change")
+        first_new_file = files_created_by(SERIES)[0]
+        write(fork / first_new_file, "upstream's own\n")
+        (fork / STANDALONE).unlink()
+        commit_everything(fork, "fork: change lines the backport changes")
+        run = self.assert_refused(
+            fork,
+            "not even with a 3-way",
+            f"{SERIES[0].name}: {RUNTIME_CONTEXT} (changed in your fork too)",
+            f"{SCHEDULER} (changed in your fork too)",
+            f"{EAGLE} (changed in your fork too)",
+            f"{STANDALONE} (deleted or moved in your fork)",
+            f"{first_new_file} (your fork already has a file there)",
+        )
         self.assertEqual(run.stderr.count("\n"), 1, "one line")
-        self.assertIn("git am --continue", self.printed(run.stderr, "cd ").stdout)
-        self.refuses(never, f"{MULTI_LAYER} (your fork has no {MULTI_LAYER})")
+        by_hand = self.run_printed_command(run.stderr, "cd ")
+        self.assertIn("git am --continue", by_hand.stdout)
 
-    def test_what_git_refuses_in_the_trial_or_the_real_run_changes_nothing(self):
-        policy = "#!/bin/sh\necho 'fork policy: no' >&2\nexit 1\n"
-        ref = '#!/bin/sh\n[ "$1" = prepared ] || exit 0\n'
-        ref += "grep -q refs/heads/ || exit 0\necho no >&2\nexit 1\n"
-        hook, restored = ".git/hooks/reference-transaction", "it was restored as it"
-        trial = ("git am -3 failed in a trial run", "\n    fork policy: no")
-        for flags, path, text, needles in (
-            ((), ".git/hooks/pre-applypatch", policy, trial),
-            ((), hook, ref, (restored, "git update-ref:")),
-            (("--revert",), hook, ref, (restored, "git update-ref:")),
-            ((), created(SERIES)[-1], "mine\n", (restored, "would be overwritten")),
-            ((), "test", "a file where a folder goes\n", (restored, "git read-tree:")),
-        ):
+    def test_a_file_the_fork_never_had_is_named(self) -> None:
+        fork = self.imported_fork(without=(MULTI_LAYER,))
+        self.assert_refused(fork, f"{MULTI_LAYER} (your fork has no {MULTI_LAYER})")
+
+    def test_a_hook_that_refuses_in_the_trial_changes_nothing(self) -> None:
+        fork = self.fork_of_the_release()
+        write(fork / "notes.txt", "untracked notes\n")
+        write(fork / ".git/hooks/pre-applypatch", REFUSING_HOOK, 0o755)
+        self.assert_refused(
+            fork, "git am -3 failed in a trial run", "\n    fork policy: no"
+        )
+
+    def test_a_step_before_the_trial_that_git_refuses_changes_nothing(self) -> None:
+        fork = self.fork_of_the_release()
+        # git keeps the trial's worktree under .git/worktrees/: a file there
+        # makes `git worktree add` fail.
+        write(fork / ".git/worktrees", "not a folder\n")
+        self.assert_refused(
+            fork,
+            "worktree add --detach --no-checkout failed in",
+            "; nothing was changed:\n    ",
+            "Not a directory",
+        )
+
+    def test_a_commit_made_while_it_runs_is_not_overwritten(self) -> None:
+        fork = self.fork_of_the_release()
+        start = git(fork, "rev-parse", "HEAD")
+        # The trial runs the fork's hooks; this one commits on the fork's branch
+        # after each patch the trial applies.
+        meanwhile = f"""#!/bin/sh
+unset GIT_DIR GIT_INDEX_FILE GIT_WORK_TREE
+git -C {shlex.quote(str(fork))} commit -q --allow-empty -m 'fork: made meanwhile'
+"""
+        write(fork / ".git/hooks/post-applypatch", meanwhile, 0o755)
+        run = self.run_tool(fork)
+        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+        self.assertIn(
+            f"HEAD of {fork} moved while this ran; run this again", run.stderr
+        )
+        subjects = git(fork, "log", "--format=%s", f"{start}..").splitlines()
+        self.assertTrue(subjects)
+        self.assertEqual(set(subjects), {"fork: made meanwhile"})
+        self.assertEqual(git(fork, "diff", start, "HEAD"), "")
+        self.assertEqual(git(fork, "status", "--porcelain", "-uno"), "")
+        self.assertEqual(len(git(fork, "worktree", "list").splitlines()), 1)
+
+    def test_a_fast_forward_git_refuses_is_put_back_as_it_was(self) -> None:
+        hook = ".git/hooks/reference-transaction"
+        restored = "it was restored as it"
+        cases = [
+            ((), hook, BRANCH_UPDATE_REFUSING_HOOK, "git update-ref:"),
+            (("--revert",), hook, BRANCH_UPDATE_REFUSING_HOOK, "git update-ref:"),
+            # An untracked file where the series adds one.
+            ((), files_created_by(SERIES)[-1], "mine\n", "would be overwritten"),
+            # A file where the series needs a folder.
+            ((), "test", "a file where a folder goes\n", "git read-tree:"),
+        ]
+        for flags, path, text, git_said in cases:
             with self.subTest(flags=flags, path=path):
-                fork = self.clone()
-                self.am(fork, *SERIES) if flags else None
+                fork = self.fork_of_the_release()
+                if flags:
+                    am(fork, SERIES)
                 write(fork / "notes.txt", "untracked notes\n")
                 write(fork / path, text, 0o755)
-                self.refuses(fork, *needles, flags=flags)
+                self.assert_refused(fork, restored, git_said, flags=flags)
 
-    def test_patches_that_are_not_this_backports_series_are_refused(self):
-        other = Path(tempfile.mkdtemp(dir=TMP))
+    def test_patches_that_are_not_this_backports_series_are_refused(self) -> None:
+        other = self.scratch_folder()
         git(other, "init", "-q")
         write(other / "README.md", "another project\n")
-        commit_all(other, "docs: an unrelated change")
-        unrelated = git(other, "format-patch", "-1", "--root", "-o", str(other))
-        write(other / "0001-notes.patch", "just some notes\n")
-        for patches, needle in (
+        commit_everything(other, "docs: an unrelated change")
+        format_patch = ["format-patch", "-1", "--root", "-o", str(other)]
+        unrelated = Path(git(other, *format_patch))
+        notes = other / "0001-notes.patch"
+        write(notes, "just some notes\n")
+        cases = [
             ([unrelated], "are not this backport's"),
-            ([*SERIES, other / "0001-notes.patch"], "is not a patch from git"),
+            ([*SERIES, notes], "is not a patch from git"),
             ([], "holds no *.patch file"),
-        ):
+        ]
+        for patches, needle in cases:
             with self.subTest(needle=needle):
-                tool = self.project(patches)
-                self.refuses(self.clone(), needle, "checkout -- patches", tool=tool)
+                tool = self.copy_of_this_project(patches)
+                fork = self.fork_of_the_release()
+                self.assert_refused(fork, needle, "checkout -- patches", tool=tool)
 
 
 class TestTheFork(ForkCase):
-    def test_paths_that_are_not_a_fork_are_refused(self):
-        scratch = Path(tempfile.mkdtemp(dir=TMP))
+    def test_a_path_that_is_not_a_forks_work_tree_is_refused(self) -> None:
+        scratch = self.scratch_folder()
         (scratch / "plain" / "python" / "sglang").mkdir(parents=True)
         git(scratch, "init", "-q", "other")
-        commit_all(scratch / "other", "init")
-        git(scratch, "clone", "-q", "--bare", str(BASE), "bare.git")
-        for name, needle in (
+        commit_everything(scratch / "other", "init")
+        git(scratch, "clone", "-q", "--bare", str(RELEASE), "bare.git")
+        cases = [
             ("plain", "is not in a git work tree; pass"),
             ("other", "has no python/sglang/"),
             ("bare.git", "(a bare repository or a .git directory)"),
-        ):
+        ]
+        for name, needle in cases:
             with self.subTest(needle=needle):
-                run = self.tool(scratch / name)
+                run = self.run_tool(scratch / name)
                 self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
                 self.assertTrue(run.stderr.startswith("apply: error: "), run.stderr)
                 self.assertIn(needle, run.stderr)
         self.assertEqual(os.listdir(scratch / "plain"), ["python"])
 
-    def test_a_git_operation_in_progress_gets_its_way_out(self):
-        for op, start in (
-            ("rebase", "rebase other"),
-            ("am", "am .git/0001-other.patch"),
-            ("merge", "merge other"),
-            ("bisect", "bisect start"),
-        ):
-            with self.subTest(op=op):
-                fork = self.clone()
-                git(fork, "switch", "-q", "-c", "other")
-                for branch in ("other", "main"):
-                    git(fork, "switch", "-q", branch)
-                    write(fork / "python/sglang/version.py", f"# {branch}\n")
-                    commit_all(fork, branch)
+    def test_a_git_operation_in_progress_is_refused_with_its_way_out(self) -> None:
+        cases = [
+            ("rebase", "rebase other", "rebase --abort"),
+            # The apply backend keeps its state in rebase-apply/, as git am does.
+            ("rebase", "rebase --apply other", "rebase --abort"),
+            ("am", "am .git/0001-other.patch", "am --abort"),
+            ("merge", "merge other", "merge --abort"),
+            ("cherry-pick", "cherry-pick other", "cherry-pick --abort"),
+            ("revert", "revert --no-edit other", "revert --abort"),
+            ("bisect", "bisect start", "bisect reset"),
+        ]
+        for operation, start, way_out in cases:
+            with self.subTest(start=start):
+                fork = self.fork_with_two_branches()
                 git(fork, "format-patch", "-q", "-1", "other", "-o", ".git")
                 git(fork, *start.split(), check=False)
-                stop = "bisect reset" if op == "bisect" else f"{op} --abort"
-                run = self.refuses(fork, f"a git {op} is in progress")
-                way_out = self.printed(run.stderr, f"cd {fork} && git {stop}")
-                branch = git(fork, "symbolic-ref", "--short", "HEAD")
-                self.assertEqual((way_out.returncode, branch), (0, "main"))
+                run = self.assert_refused(fork, f"a git {operation} is in progress")
+                ended = self.run_printed_command(
+                    run.stderr, f"cd {fork} && git {way_out}"
+                )
+                self.assertEqual(ended.returncode, 0, ended.stderr)
+                self.assertEqual(git(fork, "symbolic-ref", "--short", "HEAD"), "main")
 
-    def test_detached_and_unborn_heads_are_refused_and_paths_with_spaces_work(self):
-        fork = self.clone(name="my forks/sglang fork")
+    def test_a_detached_head_is_refused_and_the_printed_switch_works(self) -> None:
+        # A path with spaces: the printed command must quote it.
+        fork = self.fork_of_the_release(name="my forks/sglang fork")
         git(fork, "switch", "-q", "--detach")
-        run = self.refuses(fork, "is detached;")
+        run = self.assert_refused(fork, "is detached;")
         switch = f"cd {shlex.quote(str(fork))} && git switch -c"
-        switch = self.printed(run.stderr, switch)
-        self.assertEqual(switch.returncode, 0, switch.stderr)
-        applied = self.tool(fork)
-        self.assert_done(applied, fork)
-        undo = re.findall(r"`(cd '[^`]+)`", applied.stdout)[0]
-        self.assertEqual(shlex.split(undo)[1], str(fork))
-        git(fork, "checkout", "-q", "--orphan", "empty")
-        self.refuses(fork, "the branch empty of", "has no commit yet")
+        switched = self.run_printed_command(run.stderr, switch)
+        self.assertEqual(switched.returncode, 0, switched.stderr)
+        self.assert_done(self.run_tool(fork), fork)
 
-    def test_tracked_changes_are_refused(self):
-        fork = self.clone()
+    def test_printed_commands_quote_a_path_with_spaces(self) -> None:
+        fork = self.fork_of_the_release(name="my forks/sglang fork")
+        run = self.run_tool(fork)
+        self.assert_done(run, fork)
+        undo = re.findall(r"`(cd '[^`]+)`", run.stdout)[0]
+        self.assertEqual(shlex.split(undo)[1], str(fork))
+
+    def test_a_branch_with_no_commit_yet_is_refused(self) -> None:
+        fork = self.fork_of_the_release()
+        git(fork, "checkout", "-q", "--orphan", "empty")
+        self.assert_refused(fork, "the branch empty of", "has no commit yet")
+
+    def test_tracked_changes_are_refused(self) -> None:
+        fork = self.fork_of_the_release()
         write(fork / SCHEDULER, (fork / SCHEDULER).read_text() + "# work in progress\n")
         for flags in ((), ("--revert",)):
-            needles = ("uncommitted changes", SCHEDULER, "git stash")
-            self.refuses(fork, *needles, flags=flags)
+            with self.subTest(flags=flags):
+                self.assert_refused(
+                    fork, "uncommitted changes", SCHEDULER, "git stash", flags=flags
+                )
 
-    def test_without_git_on_path_the_error_is_one_line(self):
-        run = self.tool(BASE, env={"PATH": str(TMP / "no-bin")})
+    def test_uncommitted_changes_name_ten_files_at_most(self) -> None:
+        fork = self.fork_of_the_release()
+        tracked = git(fork, "ls-files").splitlines()
+        self.assertGreater(len(tracked), 10)
+        for path in tracked:
+            write(fork / path, (fork / path).read_text() + "# work in progress\n")
+        run = self.assert_refused(fork, "uncommitted changes")
+        listed = re.search(r"uncommitted changes \((.*)\); commit", run.stderr)[1]
+        self.assertTrue(listed.endswith(" ..."), listed)
+        self.assertEqual(len(listed[: -len(" ...")].split(", ")), 10, listed)
+
+    def test_without_git_on_path_the_error_is_one_line(self) -> None:
+        run = self.run_tool(RELEASE, env={"PATH": str(TMP / "no-bin")})
         error = "apply: error: git is not on PATH; install git and run this again\n"
-        self.assertEqual((run.returncode, run.stderr), (1, error))
+        self.assertEqual(run.returncode, 1)
+        self.assertEqual(run.stderr, error)
 
 
-class TestRevert(ForkCase):
-    def test_reverted_a_v0_5_17_merge_is_clean_and_then_upstreams_fix_is_found(self):
-        fork, wheels = self.clone(full=True), sorted(WHEELS.glob("sglang-0.5.17-*"))
+class TestReverting(ForkCase):
+    def fork_on_the_way_to_v0_5_17(self) -> Path:
+        """The whole package with a v0.5.17 branch (commit U), the fork's own
+        commits F0 and F1, and the series between them, applied by the tool."""
+        wheels = sorted(WHEELS.glob("sglang-0.5.17-*"))
         self.assertTrue(wheels, f"no sglang 0.5.17 wheel in {WHEELS}; run setup.sh")
+        fork = self.fork_of_the_release(full=True)
         git(fork, "switch", "-q", "-c", "v0.5.17")
         shutil.rmtree(fork / "python" / "sglang")
         with zipfile.ZipFile(wheels[0]) as wheel:
             names = [n for n in wheel.namelist() if re.match(r"sglang/.*[^/]$", n)]
             wheel.extractall(fork / "python", names)
-        commit_all(fork, "sglang 0.5.17")
+        commit_everything(fork, "sglang 0.5.17")
         git(fork, "switch", "-q", "main")
-        own = {"FORK_NOTES.md": "our notes\n", "python/sglang/fork_local.py": "X = 1\n"}
-        for i, (path, text) in enumerate(own.items()):  # before and after the series
-            write(fork / path, text)
-            commit_all(fork, f"fork: our own commit {i}")
-            self.assert_done(self.tool(fork), fork) if not i else None
-        control = self.clone(source=fork)  # without the revert: the four conflicts
-        git(control, "merge", "--no-edit", "origin/v0.5.17", check=False)
-        conflicts = git(control, "diff", "--name-only", "--diff-filter=U")
-        self.assertEqual(sorted(conflicts.split()), sorted(FOUR))
-        run = self.tool(fork, "--revert")
+        for number, path in enumerate(FORKS_OWN_FILES):
+            write(fork / path, FORKS_OWN_FILES[path])
+            commit_everything(fork, f"fork: our own commit {number}")
+            if number == 0:  # the series goes between F0 and F1
+                self.assert_done(self.run_tool(fork), fork)
+        return fork
+
+    def test_without_the_revert_a_v0_5_17_merge_conflicts_in_four_files(self) -> None:
+        # Why --revert exists.
+        fork = self.fork_on_the_way_to_v0_5_17()
+        git(fork, "merge", "--no-edit", "v0.5.17", check=False)
+        conflicts = git(fork, "diff", "--name-only", "--diff-filter=U")
+        self.assertEqual(sorted(conflicts.split()), sorted(V0_5_17_CONFLICTS))
+
+    def test_after_the_revert_v0_5_17_merges_cleanly_and_has_upstreams_fix(
+        self,
+    ) -> None:
+        fork = self.fork_on_the_way_to_v0_5_17()
+        run = self.run_tool(fork, "--revert")
         self.assert_done(run, fork, f"reverted {len(SERIES)} commit(s), newest first")
         git(fork, "merge", "--no-edit", "v0.5.17")
         self.assertEqual(git(fork, "status", "--porcelain", "-uall"), "")
-        self.assertEqual({path: (fork / path).read_text() for path in own}, own)
-        mine = git(fork, "log", "--format=%s", "--grep=^fork: our own")
-        self.assertEqual(len(mine.splitlines()), 2)
+        files = {path: (fork / path).read_text() for path in FORKS_OWN_FILES}
+        self.assertEqual(files, FORKS_OWN_FILES)
+        own = git(fork, "log", "--format=%s", "--grep=^fork: our own")
+        self.assertEqual(len(own.splitlines()), 2)
         fix = "draft_server_args_copy() in speculative/draft_worker_common.py"
-        self.leaves_alone(fork, "already fixed upstream", fix)
+        self.assert_nothing_to_do(fork, "already fixed upstream", fix)
 
-    def test_nothing_to_revert(self):
-        reverted = self.clone()
-        self.am(reverted, *SERIES)
-        git(reverted, "revert", "--no-edit", f"HEAD~{len(SERIES)}..HEAD")
-        for fork in (self.clone(), reverted):
-            self.leaves_alone(fork, "nothing to revert: ", flags=("--revert",))
+    def test_a_fork_without_the_backports_commits_has_nothing_to_revert(self) -> None:
+        never_patched = self.fork_of_the_release()
+        reverted_by_hand = self.fork_of_the_release()
+        am(reverted_by_hand, SERIES)
+        git(reverted_by_hand, "revert", "--no-edit", f"HEAD~{len(SERIES)}..HEAD")
+        cases = [("never patched", never_patched), ("reverted", reverted_by_hand)]
+        for name, fork in cases:
+            with self.subTest(fork=name):
+                self.assert_nothing_to_do(
+                    fork, "nothing to revert: ", flags=("--revert",)
+                )
 
-    def test_a_fix_without_its_trailers_is_left_for_a_revert_by_hand(self):
-        squashed, mixed = self.clone(), self.clone()
-        self.am(squashed, *SERIES, how="apply --index")
-        commit_all(squashed, "fork: the draft ServerArgs fix, squashed")
-        self.am(mixed, SERIES[0])
-        self.am(mixed, *SERIES[1:], how="apply --index")
-        commit_all(mixed, "fork: the rest of it, by hand")
-        for fork, needle in (
-            (squashed, "scoped_server_args()) in none of its commits with the"),
-            (mixed, "(draft_server_args_copy(), no draft write in scheduler.py"),
-        ):
-            with self.subTest(fork=fork.name):
-                needles = (needle, "squashed, or applied by hand")
-                run = self.refuses(fork, *needles, flags=("--revert",))
-                self.assertIn("fork: ", self.printed(run.stderr, "cd ").stdout)
+    def test_a_fix_without_its_trailers_is_left_for_a_revert_by_hand(self) -> None:
+        squashed = self.fork_of_the_release()
+        am(squashed, SERIES, how="apply --index")
+        commit_everything(squashed, "fork: the draft ServerArgs fix, squashed")
+        # Patch 0001 as its commit, the rest by hand: once 0001 is reverted, the
+        # helper is left, and none of the draft writes is back.
+        mixed = self.fork_of_the_release()
+        am(mixed, SERIES[:1])
+        am(mixed, SERIES[1:], how="apply --index")
+        commit_everything(mixed, "fork: the rest of it, by hand")
+        cases = [
+            ("squashed", squashed, "scoped_server_args()) in none of its commits with"),
+            (
+                "mixed",
+                mixed,
+                "(draft_server_args_copy(), no draft write in scheduler.py",
+            ),
+        ]
+        for name, fork, needle in cases:
+            with self.subTest(fork=name):
+                run = self.assert_refused(
+                    fork, needle, "squashed, or applied by hand", flags=("--revert",)
+                )
+                found = self.run_printed_command(run.stderr, "cd ")
+                self.assertIn("fork: ", found.stdout)
 
-    def test_a_revert_that_conflicts_names_the_files_and_the_forks_commits(self):
-        fork = self.clone()
-        self.am(fork, *SERIES)
+    def test_a_revert_that_conflicts_names_the_files_and_the_forks_commits(
+        self,
+    ) -> None:
+        fork = self.fork_of_the_release()
+        am(fork, SERIES)
         text = (fork / SERVER_ARGS).read_text()
         write(fork / SERVER_ARGS, text.replace("args_copy(", "args_copy_v2("))
-        commit_all(fork, "fork: rename the helper")
+        commit_everything(fork, "fork: rename the helper")
         mine = git(fork, "log", "-1", "--format=%h fork: rename the helper")
         why = f"{SERVER_ARGS} (changed in your fork too; changed since by {mine})"
-        run = self.refuses(fork, "does not revert in", why, flags=("--revert",))
-        by_hand = self.printed(run.stderr, "cd ")
+        run = self.assert_refused(fork, "does not revert in", why, flags=("--revert",))
+        by_hand = self.run_printed_command(run.stderr, "cd ")
         self.assertIn("git revert --continue", by_hand.stdout + by_hand.stderr)
 
 
