@@ -1,11 +1,21 @@
-"""What the writer-ratchet tests share: the paths, the ratchet as a command
-and as a module, throwaway sglang-like trees, and git forks.
+"""What the writer-ratchet tests share: the paths, the ratchet as a command and
+as a module, throwaway sglang packages, and git forks of sglang 0.5.16.
 
-A fork here is a real git repository in fork layout (python/sglang/ from the
-untouched 0.5.16 package, .build/pristine/sglang) with this repository's
-series applied by ``git am -3``. It holds only the package files that the
-series edits or that have a writer site (``site_files``): the ratchet's
-verdicts depend on no other file, and each run then parses a tenth of the tree.
+A throwaway package (``synthetic_package``) is a temporary directory::
+
+    <tmp>/sglang/__init__.py
+    <tmp>/sglang/<the test's files>
+
+A fork (``v0_5_16_fork``) is a real git repository in fork layout, oldest
+commit first::
+
+    A   "sglang 0.5.16"           python/sglang/: site_files() of .build/pristine
+    F   "fork: our own change"    only when the test gives one
+    P1 P2 P3 P4                   the series, by git am -3 (apply_series)
+
+It holds only the package files that the series edits or that have a writer
+site (``site_files``): the ratchet's verdicts depend on no other file, and a
+run then parses a tenth of the package.
 """
 
 import importlib.util
@@ -16,6 +26,9 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import unittest
+from types import ModuleType
+from typing import Callable, Optional
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 SCRIPT = os.path.join(REPO, "scripts", "ratchet", "writer_ratchet.py")
@@ -26,14 +39,17 @@ PATCHES = os.path.join(REPO, "patches")
 IDENTITY = ("-c", "user.name=Fork Maintainer", "-c", "user.email=fork@example.invalid")
 
 
-def load_ratchet():
+def load_ratchet() -> ModuleType:
+    """The ratchet script, imported as a module."""
     spec = importlib.util.spec_from_file_location("writer_ratchet", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def ratchet(*args, cwd=None, env=None):
+def run_ratchet(
+    *args: str, cwd: Optional[str] = None, env: Optional[dict] = None
+) -> tuple[int, str, str]:
     """Run the ratchet as a user does: (exit status, stdout, stderr)."""
     proc = subprocess.run(
         [sys.executable, SCRIPT, *args],
@@ -46,7 +62,8 @@ def ratchet(*args, cwd=None, env=None):
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def write(root, rel, text):
+def write_file(root: str, rel: str, text: str) -> str:
+    """Write ``text`` (dedented) to ``root/rel``; its path."""
     path = os.path.join(root, rel)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
@@ -54,26 +71,27 @@ def write(root, rel, text):
     return path
 
 
-def make_tree(case, files):
-    """A throwaway package ``<tmp>/sglang`` holding ``files``; removed after
-    the test. Returns the package directory."""
+def synthetic_package(case: unittest.TestCase, files: dict[str, str]) -> str:
+    """A throwaway package ``<tmp>/sglang`` holding ``files``, removed after the
+    test; the package directory."""
     tmp = tempfile.mkdtemp(prefix="ratchet-")
     case.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
     root = os.path.join(tmp, "sglang")
-    write(root, "__init__.py", "")
+    write_file(root, "__init__.py", "")
     for rel, text in files.items():
-        write(root, rel, text)
+        write_file(root, rel, text)
     return root
 
 
-def git_env():
+def git_env() -> dict[str, str]:
     """The environment without the user's git configuration."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, LC_ALL="C")
     return env
 
 
-def git(cwd, *args):
+def git(cwd: str, *args: str) -> str:
+    """git's output, run in ``cwd`` as the fork's maintainer; raises if it fails."""
     proc = subprocess.run(
         ["git", *IDENTITY, *args],
         cwd=cwd,
@@ -86,15 +104,16 @@ def git(cwd, *args):
     return proc.stdout.strip()
 
 
-def commit_all(repo, message):
+def commit_all(repo: str, message: str) -> None:
+    """Commit every change in ``repo``."""
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", message)
 
 
-def site_files():
+def site_files() -> set[str]:
     """The package files (relative to python/sglang) the series edits, and
     those with a writer site in the patched 0.5.16 (the recorded baseline)."""
-    files = {site.file for site in load_ratchet().read_baseline(BASELINE)}
+    files = {file for file, _, _ in load_ratchet().read_baseline(BASELINE)}
     for name in os.listdir(PATCHES):
         with open(os.path.join(PATCHES, name), encoding="utf-8") as fh:
             diff = r"^diff --git a/python/sglang/(\S+) "
@@ -102,10 +121,9 @@ def site_files():
     return files
 
 
-def make_v0_5_16_fork(path, fork_change=None):
-    """A git repository in fork layout at sglang 0.5.16 (tag v0.5.16) holding
-    ``site_files()``, then one commit of the fork's own (``fork_change(path)``),
-    if given."""
+def v0_5_16_fork(path: str, fork_change: Optional[Callable[[str], None]] = None) -> str:
+    """Commit A (tag v0.5.16) at ``path``, then F if ``fork_change(path)`` is
+    given (see the module docstring); ``path``."""
     if not os.path.isfile(os.path.join(PRISTINE, "srt", "server_args.py")):
         raise RuntimeError(f"{PRISTINE} is missing; run scripts/dev/setup.sh")
     for rel in site_files():
@@ -121,13 +139,13 @@ def make_v0_5_16_fork(path, fork_change=None):
     return path
 
 
-def apply_series(fork):
-    """``git am -3 patches/*.patch``, as the maintainer does."""
+def apply_series(fork: str) -> None:
+    """P1 to P4: ``git am -3 patches/*.patch``, as the maintainer does."""
     names = sorted(n for n in os.listdir(PATCHES) if n.endswith(".patch"))
     git(fork, "am", "-q", "-3", *(os.path.join(PATCHES, n) for n in names))
 
 
-def run_shipped_test(fork):
+def run_shipped_test(fork: str) -> tuple[int, str]:
     """The shipped check test, from the fork's root: (exit status, output). It
     checks the fork's python/sglang; its imports (sglang.test) come from the
     installed sglang, as the fork holds only ``site_files()``."""

@@ -1,7 +1,16 @@
 """The writer ratchet in a drifted fork: a v0.5.16 fork with ServerArgs writes
 of its own gets the series by ``git am -3 patches/*.patch``; then the shipped
 check passes with no further step, and one more write fails it, named by
-file and line. Every fork is a real git repository (see ratchet_harness).
+file and line.
+
+The module builds one fork (see ratchet_harness), oldest commit first::
+
+    A   "sglang 0.5.16"                                  <- tag v0.5.16
+    F   "fork: our own change"   fork_writes: 3 sites    <- FORK_HEAD
+    P1 P2 P3 P4                  the series; P4 adds the ratchet   <- main
+
+and each test works in a clone of it (``clone``), adding its own commits.
+The ratchet's baseline there is the tree at P4, the commit that added it.
 """
 
 import os
@@ -18,23 +27,24 @@ from ratchet_harness import (
     git,
     git_env,
     load_ratchet,
-    make_v0_5_16_fork,
     run_shipped_test,
-    write,
+    v0_5_16_fork,
+    write_file,
 )
 
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase
 
-register_cpu_ci(est_time=90, suite="stage-a-test-cpu")
+register_cpu_ci(est_time=90, suite="base-a-test-cpu")
 
 FORK_FEATURE = "python/sglang/srt/fork_feature.py"
 SCHEDULER = "python/sglang/srt/managers/scheduler.py"
 
 
 def fork_writes(fork):
-    """The fork's own three writer sites, one in a file the series edits."""
-    write(fork, FORK_FEATURE, """
+    """Commit F: the fork's own three writer sites, one in a file the series
+    edits (scheduler.py)."""
+    write_file(fork, FORK_FEATURE, """
         def tune(server_args):
             server_args.override("fork.tuning", chunked_prefill_size=4096)
             server_args.enable_fork_feature = True
@@ -44,12 +54,12 @@ def fork_writes(fork):
 
 
 def setUpModule():
-    global TMP, BASE, FORK_HEAD, SITES
+    global TMP, FORK, FORK_HEAD, SITES
     TMP = tempfile.mkdtemp(prefix="ratchet-fork-")
-    BASE = make_v0_5_16_fork(os.path.join(TMP, "base"), fork_writes)
-    FORK_HEAD = git(BASE, "rev-parse", "HEAD")
-    apply_series(BASE)
-    # the patched 0.5.16's sites, which this repository records, and the fork's
+    FORK = v0_5_16_fork(os.path.join(TMP, "fork"), fork_writes)
+    FORK_HEAD = git(FORK, "rev-parse", "HEAD")
+    apply_series(FORK)
+    # The patched 0.5.16's sites, which this repository records, and the fork's.
     SITES = len(load_ratchet().read_baseline(BASELINE)) + 3
 
 
@@ -61,13 +71,14 @@ class ForkCase(CustomTestCase):
     def clone(self, *options):
         """A clone of the patched fork; a shallow one (options) goes through
         git's file:// transport, which --depth needs."""
-        fork = tempfile.mkdtemp(dir=TMP)
-        self.addCleanup(shutil.rmtree, fork, ignore_errors=True)
-        git(TMP, "clone", "-q", *options, f"file://{BASE}" if options else BASE, fork)
-        return fork
+        clone = tempfile.mkdtemp(dir=TMP)
+        self.addCleanup(shutil.rmtree, clone, ignore_errors=True)
+        source = f"file://{FORK}" if options else FORK
+        git(TMP, "clone", "-q", *options, source, clone)
+        return clone
 
     def ratchet(self, fork, *args):
-        """The fork's own ratchet, run from its root."""
+        """The fork's own ratchet, run from its root: (exit status, output)."""
         proc = subprocess.run(
             [sys.executable, "scripts/ratchet/writer_ratchet.py", *args],
             cwd=fork,
@@ -79,11 +90,12 @@ class ForkCase(CustomTestCase):
         return proc.returncode, proc.stdout + proc.stderr
 
     def add_write(self, fork, commit=True):
-        """One more write, in a file the series edits: its file:line."""
+        """One more write, in a file the series edits; its "file:line:"."""
         path = os.path.join(fork, SCHEDULER)
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(
-                "\n\ndef another(server_args):\n    server_args.disable_cuda_graph = True\n"
+                "\n\ndef another(server_args):\n"
+                "    server_args.disable_cuda_graph = True\n"
             )
         if commit:
             commit_all(fork, "fork: one more write")
@@ -103,7 +115,10 @@ class TestAfterGitAm(ForkCase):
             out,
         )
         self.assertIn("the commit that added scripts/ratchet/writer_ratchet.py", out)
-        code, out = self.ratchet(fork, "--list")
+
+    def test_the_forks_own_writes_are_listed(self):
+        fork = self.clone()
+        _, out = self.ratchet(fork, "--list")
         self.assertIn(f"{FORK_FEATURE}:4: server_args.enable_fork_feature = True", out)
 
     def test_one_more_write_fails_the_shipped_check_naming_file_and_line(self):
@@ -128,6 +143,12 @@ class TestAfterGitAm(ForkCase):
         self.assertEqual(code, 0, out)
         commit_all(fork, "ratchet: accept the reviewed write")
         self.assertEqual(self.ratchet(fork)[0], 0)
+
+    def test_the_committed_update_is_the_baseline_from_then_on(self):
+        fork = self.clone()
+        self.add_write(fork)
+        self.assertEqual(self.ratchet(fork, "--update")[0], 0)
+        commit_all(fork, "ratchet: accept the reviewed write")
         self.add_write(fork)
         code, out = self.ratchet(fork)
         self.assertEqual(code, 1, out)
@@ -164,6 +185,8 @@ class TestOtherWaysIn(ForkCase):
         self.assertIn(where, out)
 
     def test_a_shallow_clone_without_the_ratchets_commit_is_told_to_fetch_it(self):
+        # The clone's one commit is P4, grafted: with no parent, git shows it
+        # adding every file, so it cannot tell which commit added the ratchet.
         fork = self.clone("--depth", "1")
         code, out = self.ratchet(fork)
         self.assertEqual(code, 2, out)

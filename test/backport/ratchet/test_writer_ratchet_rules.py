@@ -1,32 +1,45 @@
-"""What the writer ratchet counts, on small synthetic sglang trees: every
-ServerArgs write form and receiver, whatever the layout, and nothing else;
-and which edits make a new site.
+"""What the writer ratchet counts, on small synthetic trees: every ServerArgs
+write form and receiver, whatever the layout, and nothing else; and which
+edits make a new site.
+
+Each test scans a throwaway package holding one file, its source::
+
+    <tmp>/sglang/__init__.py
+    <tmp>/sglang/srt/a.py        the test's source
+
+and looks at the sites found there (``sites_in``), their writes (``writes_in``)
+or their keys (``keys_in``).
 """
 
 import unittest
 
-from ratchet_harness import load_ratchet, make_tree
+from ratchet_harness import load_ratchet, synthetic_package
 
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase
 
-register_cpu_ci(est_time=5, suite="stage-a-test-cpu")
+register_cpu_ci(est_time=5, suite="base-a-test-cpu")
 
 wr = load_ratchet()
 
 
 class RatchetCase(CustomTestCase):
-    def sites(self, source, rel="srt/a.py"):
-        return wr.scan(make_tree(self, {rel: source}))[0]
+    def sites_in(self, source, rel="srt/a.py"):
+        """The sites the ratchet finds in a package holding only ``source``."""
+        return wr.scan(synthetic_package(self, {rel: source})).sites
 
-    def writes(self, source):
-        return [site.write for site in self.sites(source)]
+    def writes_in(self, source):
+        """The write (the site less its values) of each site in ``source``."""
+        return [site.write for site in self.sites_in(source)]
+
+    def keys_in(self, source):
+        """The keys of the sites in ``source``, sorted."""
+        return sorted(wr.site_key(site) for site in self.sites_in(source))
 
 
 class TestMentionsAreNotWrites(RatchetCase):
     def test_a_comment_docstring_or_string_that_spells_a_write_is_not_counted(self):
-        writes = self.writes(
-            '''
+        writes = self.writes_in('''
             """server_args.override("x", port=1) and server_args.port = 1"""
 
             def f(server_args):
@@ -34,24 +47,22 @@ class TestMentionsAreNotWrites(RatchetCase):
                 # server_args.override("y", port=2); del server_args.port
                 msg = "server_args.port = 3; sa.override('z', a=1)"
                 return server_args.port, f"{msg} server_args.x = 1"
-            '''
-        )
+            ''')
         self.assertEqual(writes, [])
 
     def test_reads_and_writes_into_a_fields_value_are_not_counted(self):
-        writes = self.writes(
-            """
+        writes = self.writes_in("""
             def f(server_args):
                 server_args.lora_paths[0] = "a"
                 server_args.model_config.x = 1
                 return server_args.port + len(server_args.lora_paths)
-            """
-        )
+            """)
         self.assertEqual(writes, [])
 
     def test_an_argparse_namespace_and_other_override_apis_are_not_server_args(self):
-        writes = self.writes(
-            """
+        # args counts for args.override(...) alone; the ServerArgs class's own
+        # writes onto self are how it builds itself.
+        writes = self.writes_in("""
             def main(parser):
                 args = parser.parse_args()
                 args.port = 1
@@ -62,15 +73,13 @@ class TestMentionsAreNotWrites(RatchetCase):
                 def __post_init__(self):
                     self.port = 1
                     setattr(self, "host", "h")
-            """
-        )
+            """)
         self.assertEqual(writes, [])
 
 
 class TestEveryWriteForm(RatchetCase):
     def test_each_way_of_writing_a_field_is_one_site(self):
-        sites = self.sites(
-            """
+        sites = self.sites_in("""
             def f(server_args, n):
                 server_args.override("src", port=1, host=2)
                 server_args.port = 1
@@ -85,8 +94,7 @@ class TestEveryWriteForm(RatchetCase):
                 setattr(server_args, "f", 1)
                 object.__setattr__(server_args, "g", 1)
                 declare_load_time_override("model", {"dtype": "half"})
-            """
-        )
+            """)
         self.assertEqual(
             sorted((site.kind, site.write) for site in sites),
             [
@@ -107,8 +115,7 @@ class TestEveryWriteForm(RatchetCase):
         )
 
     def test_each_receiver_form_is_a_server_args(self):
-        writes = self.writes(
-            """
+        writes = self.writes_in("""
             import copy
 
             def f(self, draft_server_args, model_runner, cfg: "Optional[ServerArgs]"):
@@ -124,13 +131,13 @@ class TestEveryWriteForm(RatchetCase):
                 cfg.port = 8
                 args.override("c", x=1)
                 sa.override("d", x=1)
-            """
-        )
+            """)
         self.assertEqual(len(writes), 12, writes)
 
     def test_names_bound_to_a_server_args_are_followed_in_their_scope(self):
-        writes = self.writes(
-            """
+        # inner() sees the aliases of f; shadowed() has a parameter args that
+        # hides f's.
+        writes = self.writes_in("""
             import copy, dataclasses
 
             def f(self, model_runner):
@@ -154,8 +161,7 @@ class TestEveryWriteForm(RatchetCase):
 
                 def shadowed(args):
                     args.i = 9
-            """
-        )
+            """)
         self.assertEqual(
             writes,
             ["args.a =", "other.b =", "clone.c =", "sa.override('d', x=...)",
@@ -165,23 +171,20 @@ class TestEveryWriteForm(RatchetCase):
 
 class TestAnyLayout(RatchetCase):
     def test_an_alias_written_without_spaces_is_counted(self):
-        sites = self.sites(
-            """
+        sites = self.sites_in("""
             class Worker:
                 def init(self):
                     cfg=self.server_args
                     cfg.port=1
                 def one_line(self): cfg=self.server_args;cfg.host=2
-            """
-        )
+            """)
         self.assertEqual(
             [(s.line, s.write, s.function) for s in sites],
             [(5, "cfg.port =", "Worker.init"), (6, "cfg.host =", "Worker.one_line")],
         )
 
     def test_a_receiver_split_across_lines_is_counted(self):
-        sites = self.sites(
-            """
+        sites = self.sites_in("""
             def f(self):
                 (
                     self
@@ -194,8 +197,7 @@ class TestAnyLayout(RatchetCase):
                 x = [1, 2, \\
                      3]; self.server_args \\
                     .host = x
-            """
-        )
+            """)
         self.assertEqual(
             [(s.line, s.kind, s.code) for s in sites],
             [
@@ -206,9 +208,8 @@ class TestAnyLayout(RatchetCase):
         )
 
     def test_writes_at_module_level_in_class_bodies_lambdas_and_decorators_count(self):
-        # a decorator's write counts in the function it decorates
-        sites = self.sites(
-            """
+        # A decorator's write counts in the function it decorates.
+        sites = self.sites_in("""
             get_server_args().port = 1
 
             @register(lambda: setattr(get_server_args(), "a", 1))
@@ -217,8 +218,7 @@ class TestAnyLayout(RatchetCase):
 
             class C:
                 get_server_args().host = 2
-            """
-        )
+            """)
         self.assertEqual(
             [(s.function, s.kind) for s in sites],
             [("<module>", "assign"), ("f", "setattr"), ("f", "override"),
@@ -226,11 +226,21 @@ class TestAnyLayout(RatchetCase):
         )  # fmt: skip
 
     def test_a_tab_indented_file_with_crlf_line_ends_is_counted(self):
-        sites = self.sites(
+        sites = self.sites_in(
             "def f(server_args):\r\n\tif 1:\r\n\t\tserver_args.port = 1\r\n"
         )
         self.assertEqual(
             [(s.line, s.code) for s in sites], [(3, "server_args.port = 1")]
+        )
+
+    def test_a_write_deep_inside_a_long_expression_is_counted(self):
+        # ast parses this, but a walk that recursed once per node would run
+        # out of Python's stack on it.
+        deep = 'x = server_args.override("src", y=1)' + " + a" * 1500
+        sites = self.sites_in(deep + "\n")
+        self.assertEqual(
+            [(s.line, s.write) for s in sites],
+            [(1, "server_args.override('src', y=...)")],
         )
 
 
@@ -240,9 +250,6 @@ class TestWhatMakesANewSite(RatchetCase):
             server_args.override("src", port=value, host=1)
             server_args.port = value
         """
-
-    def keys(self, source):
-        return sorted(wr.key(site) for site in self.sites(source))
 
     def test_a_moved_line_an_edited_value_or_reordered_keywords_keep_the_key(self):
         after = """
@@ -255,7 +262,7 @@ class TestWhatMakesANewSite(RatchetCase):
                 )
                 server_args.port = value * 2
             """
-        self.assertEqual(self.keys(after), self.keys(self.BEFORE))
+        self.assertEqual(self.keys_in(after), self.keys_in(self.BEFORE))
 
     def test_another_field_source_or_function_is_another_key(self):
         for after in (
@@ -265,7 +272,7 @@ class TestWhatMakesANewSite(RatchetCase):
             self.BEFORE.replace("def f(", "def g("),
         ):
             with self.subTest(after=after):
-                self.assertNotEqual(self.keys(after), self.keys(self.BEFORE))
+                self.assertNotEqual(self.keys_in(after), self.keys_in(self.BEFORE))
 
 
 if __name__ == "__main__":

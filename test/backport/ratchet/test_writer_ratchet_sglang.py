@@ -2,22 +2,30 @@
 finds exactly the sites the previous ratchet found by a full parse, and the
 fix lowers the count that scripts/ratchet/baseline.txt records.
 
-The regression test scans the sglang that ``import sglang`` finds: the
-patched install here, the untouched release under
-``PYTHONPATH=.build/pristine``, where it must fail.
+The packages::
+
+    .build/pristine/sglang         the release, untouched (PRISTINE)
+    the sglang import finds        the patched install here; the release
+                                   under PYTHONPATH=.build/pristine
+    pristine_sites_by_the_previous_ratchet.txt
+                                   the release's 75 sites as file:line kind
+                                   function, by the previous ratchet
+
+The regression test scans the sglang that ``import sglang`` finds, so it
+passes on the patched install and must fail on the release.
 """
 
 import os
 import unittest
 
 import pytest
-from ratchet_harness import BASELINE, PRISTINE, load_ratchet, ratchet
+from ratchet_harness import BASELINE, PRISTINE, load_ratchet, run_ratchet
 
 import sglang
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase
 
-register_cpu_ci(est_time=20, suite="stage-a-test-cpu")
+register_cpu_ci(est_time=20, suite="base-a-test-cpu")
 
 wr = load_ratchet()
 PREVIOUS = os.path.join(
@@ -30,16 +38,20 @@ DRAFT_WRITES = (
 )
 
 
+def previous_sites():
+    """The release's sites as the previous ratchet found them, sorted."""
+    with open(PREVIOUS, encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    return sorted(line for line in lines if line[:1] != "#")
+
+
 class TestRealPackages(CustomTestCase):
     @classmethod
     def setUpClass(cls):
-        cls.release = wr.scan(PRISTINE)[0]
+        cls.release = wr.scan(PRISTINE).sites
 
     def test_on_the_release_it_finds_what_the_previous_full_parse_found(self):
-        with open(PREVIOUS, encoding="utf-8") as fh:
-            previous = sorted(
-                line for line in fh.read().splitlines() if line[:1] != "#"
-            )
+        previous = previous_sites()
         found = [f"{s.file}:{s.line} {s.kind} {s.function}" for s in self.release]
         self.assertEqual(len(previous), 75)
         self.assertEqual(sorted(found), previous)
@@ -48,14 +60,14 @@ class TestRealPackages(CustomTestCase):
         self.assertLess(len(wr.read_baseline(BASELINE)), len(self.release))
 
     def test_the_installed_sglang_has_exactly_the_recorded_sites(self):
-        code, out, err = ratchet()
+        code, out, err = run_ratchet()
         self.assertEqual(code, 0, out + err)
         self.assertNotIn("New sites", out)
 
     @pytest.mark.regression
     def test_the_fix_takes_the_count_below_the_release_and_drops_the_draft_writes(self):
         root = os.path.realpath(os.path.dirname(sglang.__file__))
-        sites = wr.scan(root)[0]
+        sites = wr.scan(root).sites
         recorded = wr.read_baseline(BASELINE)
         leaks = [
             f"{s.file}:{s.line}: {s.code}" for s in sites
