@@ -19,10 +19,11 @@ What is measured, per launch:
   polled every 0.2 s;
 * decode tokens/s: one untimed warm-up request (8 tokens), then one greedy
   request (``temperature 0``, ``ignore_eos``) of the fixed 6-token prompt for
-  exactly TOKENS new tokens (default 32); tokens/s = output tokens / the server's own ``meta_info
-  ["e2e_latency"]`` (the tokenizer manager's time from receiving the request
-  to its last token: prefill of the 6-token prompt included, HTTP not). The
-  client's wall time of the same request is shown beside it.
+  exactly TOKENS new tokens (default 32); tokens/s = output tokens / the
+  server's own ``meta_info["e2e_latency"]`` (the tokenizer manager's time
+  from receiving the request to its last token: prefill of the 6-token prompt
+  included, HTTP not). The client's wall time of the same request is shown
+  beside it.
 
 Every output must be the same token ids on every launch of both sides (greedy),
 else the run fails.
@@ -32,8 +33,9 @@ other work), the Triton kernels run by Triton's interpreter
 (``TRITON_INTERPRET=1``), torch on CPU, sglang's few ``@torch.compile``
 helpers run eagerly (``TORCHDYNAMO_DISABLE=1``): the settings of
 ``cpu_serving``. This is not a GPU figure: it shows whether the patch moves
-start-up or decode time on the same machine, not what either costs on a GPU. None of the patch's changed functions is on a decode
-path, so the ratio patched/unpatched should be 1.0 within the spread.
+start-up or decode time on the same machine, not what either costs on a GPU.
+None of the patch's changed functions is on a decode path, so the ratio
+patched/unpatched should be 1.0 within the spread.
 
     .venv/bin/python scripts/bench/bench_spec_serving.py [--runs 5] [--tokens 32]
 
@@ -54,8 +56,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "scripts", "demo"))
 
-import draft_isolation_demo as demo  # noqa: E402  (puts test/backport/e2e on sys.path)
-import tiny_models  # noqa: E402
+# Imported from scripts/demo (on sys.path above) and test/backport/e2e (which
+# the demo puts on sys.path), hence after the code that puts them there.
+import draft_isolation_demo as demo  # noqa: E402  (see above)
+import tiny_models  # noqa: E402  (see above)
 
 cpu_serving = demo.cpu_serving
 SIDES = demo.SIDES  # ("unpatched", "patched")

@@ -29,8 +29,8 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "test", "backport", "e2e"))
 
-import cpu_serving  # noqa: E402
-import tiny_models  # noqa: E402
+import cpu_serving  # noqa: E402  (from test/backport/e2e, put on sys.path above)
+import tiny_models  # noqa: E402  (from test/backport/e2e, put on sys.path above)
 
 PROMPT = [5, 17, 33, 90, 7, 64]
 MAX_NEW_TOKENS = 12
@@ -204,8 +204,8 @@ def run(args):
             "`bash scripts/dev/setup.sh` or pass --pristine DIR"
         )
     try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
+        import torch  # noqa: F401  (only whether it imports)
+        import transformers  # noqa: F401  (only whether it imports)
     except ImportError:
         raise DemoError(
             "torch and transformers are not importable; run the demo with the "

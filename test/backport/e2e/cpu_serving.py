@@ -587,7 +587,7 @@ def _stop_left_servers() -> None:
     for server in list(_running):
         try:
             server.stop(grace=5)
-        except Exception:  # noqa: BLE001 - best effort at exit
+        except Exception:  # best effort at exit
             pass
 
 

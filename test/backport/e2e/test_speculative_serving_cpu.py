@@ -42,7 +42,7 @@ import tiny_models
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase
 
-register_cpu_ci(est_time=180, suite="stage-a-test-cpu")
+register_cpu_ci(est_time=180, suite="base-a-test-cpu")
 
 PROMPT = [5, 17, 33, 90, 7, 64]
 MAX_NEW_TOKENS = 12
@@ -208,7 +208,8 @@ class TestStandaloneServer(_SpeculativeServer, CustomTestCase):
         self.assertGreater(
             reply["meta_info"].get("spec_accept_length", 0),
             2,
-            f"a draft with the target's weights is rarely accepted: {reply['meta_info']}",
+            "a draft with the target's weights is rarely accepted: "
+            f"{reply['meta_info']}",
         )
 
 

@@ -175,6 +175,7 @@ def _norm(gen, size):
 def _decoder_layer(prefix, gen, qkv_in=HIDDEN_SIZE, input_layernorm=True) -> dict:
     def weight(*shape):
         return _weight(gen, *shape)
+
     attn_out = NUM_HEADS * HEAD_DIM
     weights = {
         f"{prefix}.self_attn.q_proj.weight": weight(attn_out, qkv_in),

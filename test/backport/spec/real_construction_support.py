@@ -70,7 +70,9 @@ _E2E_DIR = os.path.join(
 if _E2E_DIR not in sys.path:
     sys.path.insert(0, _E2E_DIR)
 
-import tiny_models  # noqa: E402  # isort: skip
+import tiny_models  # noqa: E402  # isort: skip  (from _E2E_DIR, on sys.path)
+
+# Re-exported: the tests read these as support.NAME.
 from tiny_models import (  # noqa: E402,F401  # isort: skip
     DRAFT_CONTEXT_LENS,
     PROBE_PARAMS,
@@ -392,7 +394,7 @@ def _adaptive_states(instances) -> Optional[List[dict]]:
     if controller is None:
         return None
     states = []
-    for steps, state in sorted(controller._states.items()):
+    for _steps, state in sorted(controller._states.items()):
         backend = state.target_attn_backend
         states.append(
             {
@@ -564,7 +566,7 @@ def _run_case_here(spec: dict) -> dict:
             dp_rank=None,
         )
         snapshot("scheduler_ready", scheduler)
-    except BaseException as e:  # noqa: BLE001 - reported, not swallowed
+    except BaseException as e:  # reported, not swallowed
         result["stopped_at"] = {
             "after": result["stages"][-1] if result["stages"] else None,
             "error": f"{type(e).__name__}: {e}",
@@ -600,7 +602,7 @@ def _run_case_here(spec: dict) -> dict:
                     target_runner.model, t_param, models["target"], t_file
                 ),
             }
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:  # reported in the result
             result["reload"] = {
                 "success": False,
                 "message": f"reload raised {type(e).__name__}: {e}",
@@ -616,11 +618,12 @@ def _preimport() -> None:
     the modules ``_run_case_here`` reads. Nothing is constructed or run."""
     _install_kernel_stand_ins()
 
-    import sglang  # noqa: F401
-    import sglang.srt.managers.scheduler  # noqa: F401
-    import sglang.srt.model_executor.model_runner  # noqa: F401
-    import sglang.srt.runtime_context  # noqa: F401
-    import sglang.srt.server_args  # noqa: F401
+    # Imported only to be in memory before the cases fork.
+    import sglang  # noqa: F401  (see above)
+    import sglang.srt.managers.scheduler  # noqa: F401  (see above)
+    import sglang.srt.model_executor.model_runner  # noqa: F401  (see above)
+    import sglang.srt.runtime_context  # noqa: F401  (see above)
+    import sglang.srt.server_args  # noqa: F401  (see above)
 
 
 def _write_result(spec: dict, result: dict) -> None:
@@ -657,7 +660,7 @@ def _run_forked_case(spec: dict) -> int:
             os.chdir(spec["case_dir"])
             try:
                 result = _run_case_here(spec)
-            except BaseException as e:  # noqa: BLE001
+            except BaseException as e:  # reported in the result
                 result = {
                     "error": f"{type(e).__name__}: {e}",
                     "traceback": traceback.format_exc()[-6000:],
@@ -691,7 +694,7 @@ def _cases_main(spec_paths: List[str]) -> None:
             specs.append(json.load(f))
     try:
         _preimport()
-    except BaseException as e:  # noqa: BLE001
+    except BaseException as e:  # reported in the result
         error = {
             "error": f"importing sglang failed: {type(e).__name__}: {e}",
             "traceback": traceback.format_exc()[-6000:],

@@ -23,7 +23,7 @@ import pytest
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase
 
-register_cpu_ci(est_time=40, suite="stage-a-test-cpu")
+register_cpu_ci(est_time=40, suite="base-a-test-cpu")
 
 _RESULTS = {}
 

@@ -45,7 +45,7 @@ import real_construction_support as support
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase
 
-register_cpu_ci(est_time=90, suite="stage-a-test-cpu")
+register_cpu_ci(est_time=90, suite="base-a-test-cpu")
 
 # Two cases per algorithm, each in a process of its own:
 #   "plain": the draft loads its weights from its files;
