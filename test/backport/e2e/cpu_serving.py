@@ -55,6 +55,7 @@ have a timeout, and stops the whole group by its pid.
 from __future__ import annotations
 
 import atexit
+import http.client
 import json
 import os
 import random
@@ -526,7 +527,9 @@ class ServerProcess:
     # -- requests (each with a timeout) ------------------------------------- #
 
     def request(self, method: str, path: str, payload=None, timeout: float = 120):
-        """(status, decoded JSON body) of one request."""
+        """(status, decoded JSON body) of one request. A request the server
+        never answers (refused, dropped, timed out) raises ServerError with
+        the tail of the server's log, which says why."""
         data = None if payload is None else json.dumps(payload).encode()
         req = urllib.request.Request(
             self.base_url + path,
@@ -543,11 +546,20 @@ class ServerProcess:
                 return e.code, json.loads(body)
             except ValueError:
                 return e.code, body.decode(errors="replace")
+        except (OSError, http.client.HTTPException) as e:
+            # URLError, RemoteDisconnected, a timeout: no answer at all.
+            raise ServerError(
+                f"{method} {path} got no answer ({type(e).__name__}: {e}); "
+                f"server log tail:\n{self.log_tail()}"
+            ) from e
 
     def _ok(self, method: str, path: str, payload=None, timeout: float = 120):
         status, body = self.request(method, path, payload, timeout)
         if status != 200:
-            raise ServerError(f"{method} {path} answered {status}: {body}")
+            raise ServerError(
+                f"{method} {path} answered {status}: {body}; "
+                f"server log tail:\n{self.log_tail()}"
+            )
         return body
 
     def generate(self, input_ids: List[int], max_new_tokens: int) -> dict:
