@@ -6,7 +6,9 @@
 # linters in requirements/lint.txt) and .build/pristine/
 # (the untouched sglang 0.5.16 package from the wheel: the unpatched side of
 # the demonstration and of the regression proof), and the sglang 0.5.17 wheel
-# in .build/wheels (the apply tool's test merges it into a patched fork). A
+# in .build/wheels (the apply tool's test merges it into a patched fork), and
+# the packages of the older releases that have a series of their own in
+# .build/releases/vVERSION/sglang (test/backport/series makes forks of them). A
 # second run with nothing changed does nothing and says so.
 # `setup.sh --pristine-only` makes only .build/pristine.
 set -euo pipefail
@@ -17,6 +19,8 @@ cd "$ROOT"
 PYTHON=${PYTHON:-python3.11}
 SGLANG_VERSION=0.5.16
 NEXT_VERSION=0.5.17
+# The older releases with a series of their own (patches/v0.5.15.post1/).
+OLDER_VERSIONS="0.5.15 0.5.15.post1"
 # CUDA builds that run on the CPU; both lie on this machine's disk, so pip
 # takes them without a multi-GB download. The CPU-only torch wheel on disk has
 # no matching torchvision, and sglang 0.5.16 imports torchvision.
@@ -62,6 +66,36 @@ EOF
 
 next_wheel_ok() { ls .build/wheels/sglang-"$NEXT_VERSION"-*.whl >/dev/null 2>&1; }
 
+older_releases_ok() {
+    local version
+    for version in $OLDER_VERSIONS; do
+        [ -f ".build/releases/v$version/.complete" ] || return 1
+    done
+}
+
+# Unpack each older release's package into .build/releases/vVERSION/, with $1 -m pip.
+unpack_older_releases() {
+    local version dest
+    for version in $OLDER_VERSIONS; do
+        dest=.build/releases/v$version
+        [ -f "$dest/.complete" ] && continue
+        log "unpacking the sglang $version package into $dest"
+        rm -rf "$dest"
+        mkdir -p "$dest"
+        "$1" -m pip --disable-pip-version-check -q download --no-deps \
+            "sglang==$version" -d .build/wheels 2> >(grep -v '^WARNING: Location' >&2)
+        "$1" - "$dest" .build/wheels/sglang-"$version"-*.whl <<'EOF'
+import sys
+import zipfile
+
+dest, wheel = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as zf:
+    zf.extractall(dest, [n for n in zf.namelist() if n.startswith("sglang/")])
+EOF
+        touch "$dest/.complete"
+    done
+}
+
 # The next release's wheel, with $1 -m pip.
 fetch_next_wheel() {
     log "downloading the sglang $NEXT_VERSION wheel into .build/wheels"
@@ -81,7 +115,8 @@ if [ "${1:-}" = --pristine-only ]; then
 fi
 
 want=$(stamp_value)
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && pristine_ok && next_wheel_ok; then
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && pristine_ok && next_wheel_ok &&
+    older_releases_ok; then
     log "up to date, nothing to do ($VENV, $PRISTINE)"
     exit 0
 fi
@@ -124,6 +159,7 @@ if ! pristine_ok; then
     unpack_pristine "$VENV/bin/python"
 fi
 next_wheel_ok || fetch_next_wheel "$VENV/bin/python"
+older_releases_ok || unpack_older_releases "$VENV/bin/python"
 
 "$VENV/bin/python" -c "import sglang.srt.server_args, sglang.srt.managers.scheduler" \
     2>/dev/null || {

@@ -1,13 +1,15 @@
-"""A fork's own CI stays green with the series.
+"""A fork's own CI stays green with the series, on every release line.
 
 A fork runs its tests through SGLang's runner, ``python3 test/run_suite.py
 --hw cpu --suite base-a-test-cpu``, which collects every file under
 ``test/registered/`` and refuses to start when one registers to a suite it
 does not know; and its pre-commit runs ruff, black, isort and codespell at
-pinned versions. Both are checked on one fork made from the released wheel::
+pinned versions. Both are checked for each series (``patches/`` for v0.5.16,
+``patches/v0.5.15.post1/`` for the v0.5.15 line) on one fork made from its
+release's wheel::
 
-    v0.5.16 --- 0001 --- 0002 --- 0003 --- 0004
-    (the wheel's python/sglang, the fork's     (git am -3 patches/*.patch)
+    vVERSION --- 0001 --- 0002 --- 0003 --- 0004
+    (the wheel's python/sglang, the fork's     (git am -3 SERIES/*.patch)
      linter configuration)
 
 - every test file the series adds registers, as the wheel's own
@@ -31,8 +33,6 @@ import pytest
 from sglang.test.ci.ci_register import HWBackend, collect_tests
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-PRISTINE = os.path.join(REPO, ".build", "pristine", "sglang")
-SERIES_DIR = os.path.join(REPO, "patches")
 BIN = os.path.dirname(sys.executable)
 IDENTITY = ("-c", "user.name=Fork Maintainer", "-c", "user.email=fork@example.invalid")
 
@@ -48,7 +48,8 @@ PER_COMMIT_CPU_SUITES = (
 # Where the fork's own spec and server-args unit tests register.
 SHIPPED_SUITE = "base-a-test-cpu"
 
-# The linters of the fork's .pre-commit-config.yaml at the v0.5.16 cut, and
+# The linters of the fork's .pre-commit-config.yaml at the v0.5.16 cut (the
+# same at the v0.5.15 and v0.5.15.post1 cuts), and
 # how its hooks call them (ruff with --select=F401,F821,UP037 --fix; black and
 # isort with no arguments; codespell with --config .codespellrc).
 LINTER_PINS = {
@@ -75,10 +76,11 @@ def git(cwd, *args):
     return proc.stdout
 
 
-def make_fork(top):
-    """Make a v0.5.16 fork at ``top`` with the series applied by ``git am -3``."""
+def make_fork(top, package, release, series_dir):
+    """Make a fork of ``package`` at ``top``, tagged ``release``, with the series
+    in ``series_dir`` applied by ``git am -3``."""
     shutil.copytree(
-        PRISTINE,
+        package,
         os.path.join(top, "python", "sglang"),
         ignore=shutil.ignore_patterns("__pycache__"),
     )
@@ -88,33 +90,14 @@ def make_fork(top):
         fh.write(CODESPELL_RC)
     git(top, "init", "-q", "-b", "main")
     git(top, "add", "-A")
-    git(top, "commit", "-q", "-m", "sglang 0.5.16")
-    git(top, "tag", "v0.5.16")
+    git(top, "commit", "-q", "-m", f"sglang {release}")
+    git(top, "tag", release)
     series = sorted(
-        os.path.join(SERIES_DIR, name)
-        for name in os.listdir(SERIES_DIR)
+        os.path.join(series_dir, name)
+        for name in os.listdir(series_dir)
         if name.endswith(".patch")
     )
     git(top, "am", "-3", *series)
-
-
-def setUpModule():
-    global TMP, FORK, RELEASE, TOUCHED, ADDED
-    if not os.path.isdir(PRISTINE):
-        pytest.fail("no .build/pristine; run scripts/dev/setup.sh first")
-    TMP = tempfile.mkdtemp(prefix="fork-ci-")
-    FORK = os.path.join(TMP, "fork")
-    RELEASE = os.path.join(TMP, "release")
-    make_fork(FORK)
-    git(FORK, "worktree", "add", "-q", "--detach", RELEASE, "v0.5.16")
-    changes = git(FORK, "diff", "--name-status", "--no-renames", "v0.5.16", "HEAD")
-    rows = [line.split("\t") for line in changes.splitlines()]
-    TOUCHED = sorted(path for status, path in rows)
-    ADDED = sorted(path for status, path in rows if status == "A")
-
-
-def tearDownModule():
-    shutil.rmtree(TMP, ignore_errors=True)
 
 
 def run_linter(tree, *argv):
@@ -128,25 +111,51 @@ def run_linter(tree, *argv):
     return proc.stdout + proc.stderr
 
 
-def touched_files(tree, suffix=""):
-    """The files the series touches that ``tree`` has, ending in ``suffix``."""
-    return [
-        path
-        for path in TOUCHED
-        if path.endswith(suffix) and os.path.exists(os.path.join(tree, path))
-    ]
+class SeriesForkChecks:
+    """A fork of RELEASE with SERIES applied, and the release beside it (mixed
+    into one unittest.TestCase per series)."""
 
+    PACKAGE = ""  # the release's sglang package, from the wheel
+    RELEASE = ""  # its tag
+    SERIES = ""  # the series' folder
 
-class TestShippedTestsRegisterWhereTheForksRunnerRunsThem(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.isdir(cls.PACKAGE):
+            pytest.fail(f"no {cls.PACKAGE}; run scripts/dev/setup.sh first")
+        cls.tmp = tempfile.mkdtemp(prefix="fork-ci-")
+        cls.fork = os.path.join(cls.tmp, "fork")
+        cls.release = os.path.join(cls.tmp, "release")
+        make_fork(cls.fork, cls.PACKAGE, cls.RELEASE, cls.SERIES)
+        git(cls.fork, "worktree", "add", "-q", "--detach", cls.release, cls.RELEASE)
+        changes = git(
+            cls.fork, "diff", "--name-status", "--no-renames", cls.RELEASE, "HEAD"
+        )
+        rows = [line.split("\t") for line in changes.splitlines()]
+        cls.touched = sorted(path for status, path in rows)
+        cls.added = sorted(path for status, path in rows if status == "A")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def touched_files(self, tree, suffix=""):
+        """The files the series touches that ``tree`` has, ending in ``suffix``."""
+        return [
+            path
+            for path in self.touched
+            if path.endswith(suffix) and os.path.exists(os.path.join(tree, path))
+        ]
+
     def test_every_test_file_the_series_adds_registers_to_base_a_test_cpu(self):
-        tests = [p for p in ADDED if p.startswith("test/registered/")]
+        tests = [p for p in self.added if p.startswith("test/registered/")]
         self.assertTrue(tests, "the series adds no test under test/registered/")
 
         registries = collect_tests(
-            [os.path.join(FORK, p) for p in tests], sanity_check=True
+            [os.path.join(self.fork, p) for p in tests], sanity_check=True
         )
 
-        found = {os.path.relpath(r.filename, FORK): r for r in registries}
+        found = {os.path.relpath(r.filename, self.fork): r for r in registries}
         self.assertEqual(sorted(found), tests)
         for path, registry in found.items():
             with self.subTest(path=path):
@@ -155,10 +164,6 @@ class TestShippedTestsRegisterWhereTheForksRunnerRunsThem(unittest.TestCase):
                 self.assertEqual(registry.effective_suite, SHIPPED_SUITE)
                 self.assertFalse(registry.nightly)
                 self.assertIsNone(registry.disabled)
-
-
-class TestTheForksLintersReportNothingNew(unittest.TestCase):
-    """Each linter's findings on the patched files, less those on the release's."""
 
     def test_the_linters_are_the_forks_pinned_versions(self):
         for name, version in LINTER_PINS.items():
@@ -174,7 +179,7 @@ class TestTheForksLintersReportNothingNew(unittest.TestCase):
             f"--select={RUFF_RULES}",
             "--output-format=json",
             "--exit-zero",
-            *touched_files(tree, ".py"),
+            *self.touched_files(tree, ".py"),
         )
         return Counter(
             (os.path.relpath(f["filename"], tree), f["code"], f["message"])
@@ -182,30 +187,32 @@ class TestTheForksLintersReportNothingNew(unittest.TestCase):
         )
 
     def test_ruff_reports_no_unused_import_or_undefined_name_the_series_added(self):
-        new = self.ruff_findings(FORK) - self.ruff_findings(RELEASE)
+        new = self.ruff_findings(self.fork) - self.ruff_findings(self.release)
 
         self.assertEqual(sorted(new), [])
 
     def files_reported(self, tree, *argv):
         """The touched files in ``tree`` that a linter's --check names."""
-        files = touched_files(tree, ".py")
+        files = self.touched_files(tree, ".py")
         out = run_linter(tree, *argv, *files)
         return {path for path in files if path in out}
 
     def test_black_would_reformat_no_file_the_series_touched(self):
         argv = ("black", "--check")
-        new = self.files_reported(FORK, *argv) - self.files_reported(RELEASE, *argv)
+        new = self.files_reported(self.fork, *argv)
+        new -= self.files_reported(self.release, *argv)
 
         self.assertEqual(sorted(new), [])
 
     def test_isort_would_reorder_no_import_block_the_series_touched(self):
         argv = ("isort", "--check-only")
-        new = self.files_reported(FORK, *argv) - self.files_reported(RELEASE, *argv)
+        new = self.files_reported(self.fork, *argv)
+        new -= self.files_reported(self.release, *argv)
 
         self.assertEqual(sorted(new), [])
 
     def codespell_findings(self, tree):
-        out = run_linter(tree, "codespell", *touched_files(tree))
+        out = run_linter(tree, "codespell", *self.touched_files(tree))
         # path:line: word ==> fix; the line number moves with the patch.
         return Counter(
             (line.split(":")[0], line.split(": ", 1)[1])
@@ -214,9 +221,22 @@ class TestTheForksLintersReportNothingNew(unittest.TestCase):
         )
 
     def test_codespell_finds_no_misspelling_the_series_added(self):
-        new = self.codespell_findings(FORK) - self.codespell_findings(RELEASE)
+        new = self.codespell_findings(self.fork)
+        new -= self.codespell_findings(self.release)
 
         self.assertEqual(sorted(new), [])
+
+
+class TestTheV0_5_16Series(SeriesForkChecks, unittest.TestCase):
+    PACKAGE = os.path.join(REPO, ".build", "pristine", "sglang")
+    RELEASE = "v0.5.16"
+    SERIES = os.path.join(REPO, "patches")
+
+
+class TestTheV0_5_15Post1Series(SeriesForkChecks, unittest.TestCase):
+    PACKAGE = os.path.join(REPO, ".build", "releases", "v0.5.15.post1", "sglang")
+    RELEASE = "v0.5.15.post1"
+    SERIES = os.path.join(REPO, "patches", "v0.5.15.post1")
 
 
 if __name__ == "__main__":

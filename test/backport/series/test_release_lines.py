@@ -1,0 +1,166 @@
+"""The series of an older release line, in forks made from its wheels.
+
+``patches/v0.5.15.post1/`` is the series for the v0.5.15 line: its
+``Applies-To:`` trailer names v0.5.15 and v0.5.15.post1, and it is written for
+that line's code. For each of the two releases a fork is made from the
+released wheel's package (``.build/releases/vVERSION/sglang``, unpacked by the
+set-up) and takes the series as a fork maintainer runs it::
+
+    vVERSION --- 0001 --- 0002 --- 0003 --- 0004
+    (the wheel's python/sglang)   (git am -3 patches/v0.5.15.post1/*.patch)
+
+Then, in that fork:
+
+- the shipped tests pass (``python -m pytest test/registered/unit``, the
+  fork's own ``sglang`` first on ``PYTHONPATH``);
+- at the release's tag, with only the shipped test files copied in, each of
+  the test classes that pin the fix fails on its assertions: the regression
+  proof of this line (``scripts/dev/test.sh`` proves the v0.5.16 series'
+  against ``.build/pristine``);
+- the ratchet the series ships is this repository's, file for file.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+LINE = "v0.5.15.post1"
+SERIES_DIR = os.path.join(REPO, "patches", LINE)
+IDENTITY = ("-c", "user.name=Fork Maintainer", "-c", "user.email=fork@example.invalid")
+RATCHET_FILES = (
+    "scripts/ratchet/writer_ratchet.py",
+    "test/registered/unit/test_server_args_write_sites_ratchet.py",
+)
+# The shipped test classes that pin the fix on this line: each fails on the
+# release as released, on its assertions (the draft's context length, load
+# format or token map on the target's config, or the draft's load-time
+# declarations reaching it).
+REGRESSION_CLASSES = {
+    "test/registered/unit/spec/test_draft_server_args.py": (
+        "TestSchedulerDraftHandoff",
+    ),
+    "test/registered/unit/spec/test_eagle_draft_server_args.py": (
+        "TestEagleDraftLeavesTheTargetAlone",
+        "TestOtherDraftWorkersLeaveTheTargetAlone",
+    ),
+    "test/registered/unit/model_executor/test_draft_load_config.py": (
+        "TestDraftLoadConfig",
+    ),
+}
+
+
+def git(cwd, *args):
+    """Run git in ``cwd``; fail the test with git's words if it fails."""
+    proc = subprocess.run(
+        ["git", *IDENTITY, *args], cwd=cwd, capture_output=True, text=True
+    )
+    if proc.returncode:
+        raise AssertionError(f"git {' '.join(args)}: {proc.stdout}{proc.stderr}")
+    return proc.stdout
+
+
+def series_patches():
+    """The series' patch files, in the order they apply."""
+    return sorted(
+        os.path.join(SERIES_DIR, name)
+        for name in os.listdir(SERIES_DIR)
+        if name.endswith(".patch")
+    )
+
+
+def run_python(cwd, *argv):
+    """Run the venv's Python in ``cwd`` with ``cwd/python`` first on the path."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(cwd, "python"))
+    return subprocess.run(
+        [sys.executable, *argv],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+class ReleaseLineForkTests:
+    """A fork of RELEASE with the series applied, and the release beside it
+    (mixed into one unittest.TestCase per release)."""
+
+    RELEASE = ""
+
+    @classmethod
+    def setUpClass(cls):
+        package = os.path.join(REPO, ".build", "releases", cls.RELEASE, "sglang")
+        if not os.path.isdir(package):
+            raise AssertionError(f"no {package}; run scripts/dev/setup.sh first")
+        cls.tmp = tempfile.mkdtemp(prefix=f"release-line-{cls.RELEASE}-")
+        cls.fork = os.path.join(cls.tmp, "fork")
+        shutil.copytree(
+            package,
+            os.path.join(cls.fork, "python", "sglang"),
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+        git(cls.fork, "init", "-q", "-b", "main")
+        git(cls.fork, "add", "-A")
+        git(cls.fork, "commit", "-q", "-m", f"sglang {cls.RELEASE}")
+        git(cls.fork, "tag", cls.RELEASE)
+        git(cls.fork, "am", "-3", *series_patches())
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_the_series_applies_as_one_commit_per_patch(self):
+        log = git(self.fork, "log", "--format=%s", f"{self.RELEASE}..HEAD")
+
+        self.assertEqual(len(log.splitlines()), len(series_patches()))
+        self.assertEqual(git(self.fork, "status", "--porcelain"), "")
+
+    def test_the_shipped_tests_pass_on_the_patched_fork(self):
+        run = run_python(self.fork, "-m", "pytest", "-q", "test/registered/unit")
+
+        self.assertEqual(run.returncode, 0, run.stdout[-4000:] + run.stderr[-2000:])
+
+    def test_each_regression_class_fails_on_the_release_as_released(self):
+        release = os.path.join(self.tmp, "release")
+        git(self.fork, "worktree", "add", "-q", "--detach", release, self.RELEASE)
+        for path in REGRESSION_CLASSES:
+            os.makedirs(os.path.dirname(os.path.join(release, path)), exist_ok=True)
+            shutil.copy(os.path.join(self.fork, path), os.path.join(release, path))
+
+        for path, classes in REGRESSION_CLASSES.items():
+            for name in classes:
+                with self.subTest(test=f"{path}::{name}"):
+                    run = run_python(release, path, name)
+                    said = run.stdout + run.stderr
+                    self.assertNotEqual(run.returncode, 0, said[-3000:])
+                    # On its assertions, not on a name the release lacks.
+                    # (CustomTestCase retries a failing test and reports it
+                    # as an error, so the assertion is in the output.)
+                    self.assertIn("AssertionError", said, said[-3000:])
+                    self.assertNotIn("ImportError", said, said[-3000:])
+                    self.assertNotIn("AttributeError", said, said[-3000:])
+
+    def test_the_ratchet_it_ships_is_this_repositorys(self):
+        for path in RATCHET_FILES:
+            with self.subTest(path=path):
+                with open(os.path.join(self.fork, path), encoding="utf-8") as fh:
+                    shipped = fh.read()
+                with open(os.path.join(REPO, path), encoding="utf-8") as fh:
+                    ours = fh.read()
+                self.assertEqual(shipped, ours)
+
+
+class TestTheSeriesOnV0_5_15Post1(ReleaseLineForkTests, unittest.TestCase):
+    RELEASE = "v0.5.15.post1"
+
+
+class TestTheSeriesOnV0_5_15(ReleaseLineForkTests, unittest.TestCase):
+    RELEASE = "v0.5.15"
+
+
+if __name__ == "__main__":
+    unittest.main()
