@@ -115,6 +115,8 @@ def site_files() -> set[str]:
     those with a writer site in the patched 0.5.16 (the recorded baseline)."""
     files = {file for file, _, _ in load_ratchet().read_baseline(BASELINE)}
     for name in os.listdir(PATCHES):
+        if not name.endswith(".patch"):  # series, and other lines' folders
+            continue
         with open(os.path.join(PATCHES, name), encoding="utf-8") as fh:
             diff = r"^diff --git a/python/sglang/(\S+) "
             files.update(re.findall(diff, fh.read(), re.M))
