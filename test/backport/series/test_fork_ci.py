@@ -5,8 +5,8 @@ A fork runs its tests through SGLang's runner, ``python3 test/run_suite.py
 ``test/registered/`` and refuses to start when one registers to a suite it
 does not know; and its pre-commit runs ruff, black, isort and codespell at
 pinned versions. Both are checked for each series (``patches/`` for v0.5.16,
-``patches/v0.5.15.post1/`` for the v0.5.15 line) on one fork made from its
-release's wheel::
+``patches/v0.5.15.post1/`` for the v0.5.15 line, ``patches/v0.5.14/``) on one
+fork made from its release's wheel::
 
     vVERSION --- 0001 --- 0002 --- 0003 --- 0004
     (the wheel's python/sglang, the fork's     (git am -3 SERIES/*.patch)
@@ -49,7 +49,7 @@ PER_COMMIT_CPU_SUITES = (
 SHIPPED_SUITE = "base-a-test-cpu"
 
 # The linters of the fork's .pre-commit-config.yaml at the v0.5.16 cut (the
-# same at the v0.5.15 and v0.5.15.post1 cuts), and
+# same at the v0.5.14 to v0.5.15.post1 cuts), and
 # how its hooks call them (ruff with --select=F401,F821,UP037 --fix; black and
 # isort with no arguments; codespell with --config .codespellrc).
 LINTER_PINS = {
@@ -237,6 +237,12 @@ class TestTheV0_5_15Post1Series(SeriesForkChecks, unittest.TestCase):
     PACKAGE = os.path.join(REPO, ".build", "releases", "v0.5.15.post1", "sglang")
     RELEASE = "v0.5.15.post1"
     SERIES = os.path.join(REPO, "patches", "v0.5.15.post1")
+
+
+class TestTheV0_5_14Series(SeriesForkChecks, unittest.TestCase):
+    PACKAGE = os.path.join(REPO, ".build", "releases", "v0.5.14", "sglang")
+    RELEASE = "v0.5.14"
+    SERIES = os.path.join(REPO, "patches", "v0.5.14")
 
 
 if __name__ == "__main__":

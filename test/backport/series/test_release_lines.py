@@ -1,13 +1,14 @@
-"""The series of an older release line, in forks made from its wheels.
+"""The series of the older release lines, in forks made from their wheels.
 
-``patches/v0.5.15.post1/`` is the series for the v0.5.15 line: its
-``Applies-To:`` trailer names v0.5.15 and v0.5.15.post1, and it is written for
-that line's code. For each of the two releases a fork is made from the
-released wheel's package (``.build/releases/vVERSION/sglang``, unpacked by the
-set-up) and takes the series as a fork maintainer runs it::
+``patches/v0.5.15.post1/`` is the series for the v0.5.15 line (its
+``Applies-To:`` trailer names v0.5.15 and v0.5.15.post1) and
+``patches/v0.5.14/`` the one for v0.5.14, each written for its line's code.
+For each release a fork is made from the released wheel's package
+(``.build/releases/vVERSION/sglang``, unpacked by the set-up) and takes its
+line's series as a fork maintainer runs it::
 
     vVERSION --- 0001 --- 0002 --- 0003 --- 0004
-    (the wheel's python/sglang)   (git am -3 patches/v0.5.15.post1/*.patch)
+    (the wheel's python/sglang)   (git am -3 patches/LINE/*.patch)
 
 Then, in that fork:
 
@@ -28,14 +29,12 @@ import tempfile
 import unittest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-LINE = "v0.5.15.post1"
-SERIES_DIR = os.path.join(REPO, "patches", LINE)
 IDENTITY = ("-c", "user.name=Fork Maintainer", "-c", "user.email=fork@example.invalid")
 RATCHET_FILES = (
     "scripts/ratchet/writer_ratchet.py",
     "test/registered/unit/test_server_args_write_sites_ratchet.py",
 )
-# The shipped test classes that pin the fix on this line: each fails on the
+# The shipped test classes that pin the fix on each line: each fails on the
 # release as released, on its assertions (the draft's context length, load
 # format or token map on the target's config, or the draft's load-time
 # declarations reaching it).
@@ -63,11 +62,12 @@ def git(cwd, *args):
     return proc.stdout
 
 
-def series_patches():
-    """The series' patch files, in the order they apply."""
+def series_patches(line):
+    """The patch files of a line's series, in the order they apply."""
+    folder = os.path.join(REPO, "patches", line)
     return sorted(
-        os.path.join(SERIES_DIR, name)
-        for name in os.listdir(SERIES_DIR)
+        os.path.join(folder, name)
+        for name in os.listdir(folder)
         if name.endswith(".patch")
     )
 
@@ -86,9 +86,10 @@ def run_python(cwd, *argv):
 
 
 class ReleaseLineForkTests:
-    """A fork of RELEASE with the series applied, and the release beside it
-    (mixed into one unittest.TestCase per release)."""
+    """A fork of RELEASE with the series of LINE applied, and the release
+    beside it (mixed into one unittest.TestCase per release)."""
 
+    LINE = ""  # the series' folder under patches/
     RELEASE = ""
 
     @classmethod
@@ -107,7 +108,7 @@ class ReleaseLineForkTests:
         git(cls.fork, "add", "-A")
         git(cls.fork, "commit", "-q", "-m", f"sglang {cls.RELEASE}")
         git(cls.fork, "tag", cls.RELEASE)
-        git(cls.fork, "am", "-3", *series_patches())
+        git(cls.fork, "am", "-3", *series_patches(cls.LINE))
 
     @classmethod
     def tearDownClass(cls):
@@ -116,7 +117,7 @@ class ReleaseLineForkTests:
     def test_the_series_applies_as_one_commit_per_patch(self):
         log = git(self.fork, "log", "--format=%s", f"{self.RELEASE}..HEAD")
 
-        self.assertEqual(len(log.splitlines()), len(series_patches()))
+        self.assertEqual(len(log.splitlines()), len(series_patches(self.LINE)))
         self.assertEqual(git(self.fork, "status", "--porcelain"), "")
 
     def test_the_shipped_tests_pass_on_the_patched_fork(self):
@@ -155,11 +156,18 @@ class ReleaseLineForkTests:
 
 
 class TestTheSeriesOnV0_5_15Post1(ReleaseLineForkTests, unittest.TestCase):
+    LINE = "v0.5.15.post1"
     RELEASE = "v0.5.15.post1"
 
 
 class TestTheSeriesOnV0_5_15(ReleaseLineForkTests, unittest.TestCase):
+    LINE = "v0.5.15.post1"
     RELEASE = "v0.5.15"
+
+
+class TestTheSeriesOnV0_5_14(ReleaseLineForkTests, unittest.TestCase):
+    LINE = "v0.5.14"
+    RELEASE = "v0.5.14"
 
 
 if __name__ == "__main__":
