@@ -1,15 +1,25 @@
 #!/usr/bin/env python3
-"""Apply this backport's patches/ to an SGLang v0.5.16 fork, or revert it.
+"""Apply this backport's series to an SGLang fork, or revert it.
 
     python3 scripts/fork/apply_to_fork.py FORK            # apply
     python3 scripts/fork/apply_to_fork.py --revert FORK   # take it out
 
-Applying makes one commit per patch, as `git am -3 patches/*.patch` does. It
+There is a series per release line: patches/*.patch, and the *.patch files of
+each patches/vVERSION/ folder; each patch's Applies-To trailer names the
+releases its series serves. The tool picks the fork's line from its code: the
+blobs of the files the series change at HEAD, against each release's own files
+(.build/pristine for v0.5.16, .build/releases/vVERSION for the others) and the
+blobs the series write. Where no file is as a release or a series has it, a
+trial merge of each series decides: the fewest conflicting files, then the
+release whose files are the fewest lines from the fork's. A fork on a line with
+no series (v0.5.13 and older, or a release with no folder yet) is refused.
+
+Applying makes one commit per patch, as `git am -3 SERIES/*.patch` does. It
 reads the fork's code first: a fork that has the fix (this backport's, in any
 revision, or upstream's own) is left alone, and one that has part of it, or
 this backport's commits of another Backport-Revision, is refused. Where the
-fork's history lacks v0.5.16's copy of a file a patch changes, the copy in
-.build/pristine is written into the fork's object store, so that the 3-way
+fork's history lacks the release's copy of a file a patch changes, the
+release's copy is written into the fork's object store, so that the 3-way
 merge has its base.
 
 Reverting makes a `git revert` of each commit with this backport's
@@ -25,6 +35,7 @@ Messages start with "apply:"; an error is one line on stderr, "apply: error:".
 """
 
 import argparse
+import collections
 import contextlib
 import os
 import re
@@ -42,18 +53,20 @@ StrPath = Union[str, Path]
 TOOL = Path(__file__).resolve()
 ROOT = TOOL.parents[2]  # this repository
 
-# The release line this tool serves: its series, the release's own files (the
-# merge bases a fork's history may lack) and the release's tag.
+# The series: patches/*.patch, and those of each patches/vVERSION/ folder.
 SERIES_FOLDER = ROOT / "patches"
+# The releases' own files (the merge bases a fork's history may lack, and what
+# the fork's files are compared with): v0.5.16's in .build/pristine/sglang,
+# each other release's in .build/releases/vVERSION/sglang.
 PRISTINE = ROOT / ".build" / "pristine"
-RELEASE = "v0.5.16"
+PRISTINE_RELEASE = "v0.5.16"
+RELEASES = ROOT / ".build" / "releases"
 
 UPSTREAM_REPO = "https://github.com/sgl-project/sglang"
 BACKPORT_OF = "https://github.com/sgl-project/sglang/pull/33335"
 TRAILER = f"`Backport-Of: {BACKPORT_OF}`"
 
 NOTHING_CHANGED = "nothing was changed"
-NO_BASE = f"no {RELEASE} base"
 
 # Why a file is in conflict, by the stages git left of it: 1 the merge base,
 # 2 the fork's HEAD, 3 the patch (or the revert).
@@ -127,7 +140,8 @@ class Marker:
     label: str  # how messages name it
 
 
-# This backport's own code: the helper of patch 0002 and the scope of 0001.
+# This backport's own code: the helper of patch 0002 and the scope of 0001, in
+# v0.5.16's files; a series' are in the files under python/ it adds them to.
 OUR_FIX = (
     Marker(
         "python/sglang/srt/server_args.py",
@@ -141,7 +155,7 @@ OUR_FIX = (
     ),
 )
 # The five places where v0.5.16's draft writes onto the target's ServerArgs.
-DRAFT_WRITES = (
+DRAFT_WRITES_V0_5_16 = (
     Marker(
         "python/sglang/srt/managers/scheduler.py",
         "scheduler.draft_load_format",
@@ -167,6 +181,45 @@ DRAFT_WRITES = (
         "match_target_context",
         "frozen_kv_mtp_worker_v2.py",
     ),
+)
+# The same five on the lines before v0.5.16 (v0.5.14, v0.5.15, v0.5.15.post1),
+# bare assignments.
+TARGET_CONTEXT = (
+    "server_args.context_length = target_worker.model_runner.model_config.context_len"
+)
+DRAFT_WRITES_BEFORE_V0_5_16 = (
+    Marker(
+        "python/sglang/srt/managers/scheduler.py",
+        "self.server_args.load_format = (",
+        "scheduler.py",
+    ),
+    Marker(
+        "python/sglang/srt/speculative/eagle_worker_v2.py",
+        TARGET_CONTEXT,
+        "eagle_worker_v2.py",
+    ),
+    Marker(
+        "python/sglang/srt/speculative/standalone_worker_v2.py",
+        TARGET_CONTEXT,
+        "standalone_worker_v2.py",
+    ),
+    Marker(
+        "python/sglang/srt/speculative/multi_layer_eagle_worker_v2.py",
+        TARGET_CONTEXT,
+        "multi_layer_eagle_worker_v2.py",
+    ),
+    Marker(
+        "python/sglang/srt/speculative/frozen_kv_mtp_worker_v2.py",
+        TARGET_CONTEXT,
+        "frozen_kv_mtp_worker_v2.py",
+    ),
+)
+# Each line's draft writes; a series' are those its patches delete.
+DRAFT_WRITE_FORMS = (DRAFT_WRITES_V0_5_16, DRAFT_WRITES_BEFORE_V0_5_16)
+# Files every line with a series has; v0.5.13 and older lack one of them.
+FILES_OF_THE_SERVED_LINES = (
+    "python/sglang/srt/runtime_context.py",
+    "python/sglang/srt/speculative/eagle_worker_v2.py",
 )
 # Upstream's own fix: v0.5.17's, and that of later releases.
 UPSTREAM_FIX = (
@@ -291,6 +344,7 @@ class FileDiff:
     base_blob: str  # the blob the patch changes ("" without an index line)
     result_blob: str  # the blob it writes ("" without an index line)
     added_lines: set[str]  # the lines it adds that hold a word, stripped
+    removed_lines: set[str]  # the lines it deletes that hold a word, stripped
 
 
 @dataclass
@@ -299,6 +353,7 @@ class Patch:
 
     path: Path
     revision: Optional[str]  # its Backport-Revision trailer
+    applies_to: list[str]  # the releases of its Applies-To trailer
     diffs: list[FileDiff]
 
     @property
@@ -346,6 +401,16 @@ class Patch:
                 return True
         return False
 
+    def deletes(self, marker: Marker) -> bool:
+        """Returns whether the patch deletes a line holding marker's code."""
+        for diff in self.diffs:
+            if diff.old_path != marker.path:
+                continue
+            for line in diff.removed_lines:
+                if marker.code in line:
+                    return True
+        return False
+
 
 @dataclass
 class Series:
@@ -353,11 +418,50 @@ class Series:
 
     folder: Path
     patches: list[Patch]
+    our_fix: tuple[Marker, ...]  # this backport's code, in the files it adds it to
+    draft_writes: tuple[Marker, ...]  # the line's draft writes, which it deletes
 
     @property
     def revision(self) -> Optional[str]:
         """Returns the series' Backport-Revision (that of its last patch)."""
         return self.patches[-1].revision
+
+    @property
+    def releases(self) -> list[str]:
+        """Returns the releases the series serves (its last patch's Applies-To)."""
+        return self.patches[-1].applies_to
+
+    @property
+    def name(self) -> str:
+        """Returns the release the series was made on: the last it applies to."""
+        return self.releases[-1]
+
+    @property
+    def label(self) -> str:
+        """Returns the series' folder as messages name it, e.g. patches/."""
+        folder = self.folder
+        with contextlib.suppress(ValueError):
+            folder = self.folder.relative_to(ROOT)
+        return quote(f"{folder}/")
+
+    @property
+    def changed(self) -> list[str]:
+        """Returns the fork's files under python/ that the series changes."""
+        paths = []
+        for patch in self.patches:
+            for path in patch.changed:
+                if path.startswith("python/") and path not in paths:
+                    paths.append(path)
+        return paths
+
+    def writes(self, path: str) -> set[str]:
+        """Returns the blobs the series' patches write to path."""
+        blobs = set()
+        for patch in self.patches:
+            for diff in patch.diffs:
+                if diff.new_path == path and diff.result_blob:
+                    blobs.add(diff.result_blob)
+        return blobs
 
     def shipped_tests(self) -> list[str]:
         """Returns the test files the series adds to the fork, shell-quoted."""
@@ -378,9 +482,14 @@ def read_file_diff(section: str, patch_path: Path) -> FileDiff:
     header, _, hunks = section.partition("\n@@")
     blobs = re.search(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)", header, re.M)
     added_lines = set()
+    removed_lines = set()
     for line in hunks.splitlines():
-        if line.startswith("+") and re.search(r"\w", line[1:]):
+        if not re.search(r"\w", line[1:]):
+            continue
+        if line.startswith("+"):
             added_lines.add(line[1:].strip())
+        elif line.startswith("-"):
+            removed_lines.add(line[1:].strip())
     return FileDiff(
         old_path=paths[1],
         new_path=paths[2],
@@ -389,6 +498,7 @@ def read_file_diff(section: str, patch_path: Path) -> FileDiff:
         base_blob=blobs[1] if blobs else "",
         result_blob=blobs[2] if blobs else "",
         added_lines=added_lines,
+        removed_lines=removed_lines,
     )
 
 
@@ -402,8 +512,45 @@ def read_patch(path: Path) -> Patch:
         problem = f"{quote(path)} is not a patch from git format-patch"
         raise damaged(problem, path.parent)
     revision = re.search(r"^Backport-Revision: *(\S+)$", message, re.M)
+    applies_to = re.search(r"^Applies-To: *(.+)$", message, re.M)
+    releases = []
+    if applies_to:
+        releases = [name.strip() for name in applies_to[1].split(",") if name.strip()]
     diffs = [read_file_diff(section, path) for section in sections]
-    return Patch(path=path, revision=revision[1] if revision else None, diffs=diffs)
+    return Patch(
+        path=path,
+        revision=revision[1] if revision else None,
+        applies_to=releases,
+        diffs=diffs,
+    )
+
+
+def draft_writes_deleted_by(patches: list[Patch]) -> tuple[Marker, ...]:
+    """Returns the line's draft writes: the form the patches delete most of."""
+    best = DRAFT_WRITE_FORMS[0]
+    most = -1
+    for form in DRAFT_WRITE_FORMS:
+        deleted = 0
+        for marker in form:
+            if any(patch.deletes(marker) for patch in patches):
+                deleted += 1
+        if deleted > most:
+            best = form
+            most = deleted
+    return best
+
+
+def our_fix_added_by(patches: list[Patch]) -> tuple[Marker, ...]:
+    """Returns this backport's code where the patches add it under python/."""
+    markers = []
+    for marker in OUR_FIX:
+        path = marker.path
+        for patch in patches:
+            for added_path, line in sorted(patch.added_lines):
+                if added_path.startswith("python/") and marker.code in line:
+                    path = added_path
+        markers.append(Marker(path, marker.code, marker.label))
+    return tuple(markers)
 
 
 def load_series(folder: Path) -> Series:
@@ -416,7 +563,34 @@ def load_series(folder: Path) -> Series:
         why = f"none adds {helper.label} to {helper.path}"
         problem = f"the patches in {quote(folder)} are not this backport's ({why})"
         raise damaged(problem, folder)
-    return Series(folder=folder, patches=patches)
+    if not patches[-1].applies_to:
+        problem = f"{quote(patches[-1].path)} has no Applies-To trailer"
+        raise damaged(problem, folder)
+    return Series(
+        folder=folder,
+        patches=patches,
+        our_fix=our_fix_added_by(patches),
+        draft_writes=draft_writes_deleted_by(patches),
+    )
+
+
+def version_key(release: str) -> tuple[int, ...]:
+    """Returns a release's numbers, to sort by: v0.5.15.post1 is (0, 5, 15, 1)."""
+    return tuple(int(number) for number in re.findall(r"\d+", release))
+
+
+def series_key(series: Series) -> tuple[int, ...]:
+    """Returns the sort key of a series: that of the first release it serves."""
+    return version_key(series.releases[0])
+
+
+def load_every_series() -> list[Series]:
+    """Returns the series of patches/ and of each patches/v*/, oldest line first."""
+    every = [load_series(SERIES_FOLDER)]
+    for folder in sorted(SERIES_FOLDER.glob("v*")):
+        if folder.is_dir() and any(folder.glob("*.patch")):
+            every.append(load_series(folder))
+    return sorted(every, key=series_key)
 
 
 # The fork
@@ -625,7 +799,6 @@ class Survey:
     applied: list[Patch] = field(default_factory=list)  # in, line for line
     merged: list[Patch] = field(default_factory=list)  # in, with the fork's changes
     missing: list[Patch] = field(default_factory=list)
-    upstream_fix: list[str] = field(default_factory=list)
     our_fix: list[str] = field(default_factory=list)
     draft_writes: list[str] = field(default_factory=list)
 
@@ -641,7 +814,8 @@ def reverse_applies(fork: Fork, patch: Patch) -> bool:
 
 def survey_fork(fork: Fork, series: Series) -> Survey:
     """Returns what the fork's HEAD holds of the series and of the fix."""
-    paths = [marker.path for marker in UPSTREAM_FIX + OUR_FIX + DRAFT_WRITES]
+    markers = UPSTREAM_FIX + series.our_fix + series.draft_writes
+    paths = [marker.path for marker in markers]
     for patch in series.patches:
         for path, _ in patch.added_lines:
             paths.append(path)
@@ -652,9 +826,8 @@ def survey_fork(fork: Fork, series: Series) -> Survey:
             lines_there.add((path, line.strip()))
     survey = Survey(
         texts=texts,
-        upstream_fix=found(UPSTREAM_FIX, texts),
-        our_fix=found(OUR_FIX, texts),
-        draft_writes=found(DRAFT_WRITES, texts),
+        our_fix=found(series.our_fix, texts),
+        draft_writes=found(series.draft_writes, texts),
     )
     for patch in series.patches:
         if reverse_applies(fork, patch):
@@ -667,11 +840,11 @@ def survey_fork(fork: Fork, series: Series) -> Survey:
     return survey
 
 
-def has_another_revisions_fix(survey: Survey) -> bool:
+def has_another_revisions_fix(series: Series, survey: Survey) -> bool:
     """Returns whether the fork has this backport's fix, though not line for line."""
     # A fork with the fix that lacks only patches outside python/ (the tests,
     # the ratchet) has this revision's fix: those patches are applied.
-    has_our_code = len(survey.our_fix) == len(OUR_FIX)
+    has_our_code = len(survey.our_fix) == len(series.our_fix)
     lacks_sglang_changes = False
     for patch in survey.missing:
         for path in patch.changed:
@@ -680,9 +853,9 @@ def has_another_revisions_fix(survey: Survey) -> bool:
     return has_our_code and not survey.draft_writes and lacks_sglang_changes
 
 
-def part_of_the_fix(survey: Survey) -> Optional[Marker]:
+def part_of_the_fix(series: Series, survey: Survey) -> Optional[Marker]:
     """Returns this backport's code the fork has that a missing patch adds, if any."""
-    for marker in OUR_FIX:
+    for marker in series.our_fix:
         if marker.code not in survey.texts[marker.path]:
             continue
         for patch in survey.missing:
@@ -691,10 +864,10 @@ def part_of_the_fix(survey: Survey) -> Optional[Marker]:
     return None
 
 
-def upstream_fix_message(fork: Fork, survey: Survey) -> str:
+def upstream_fix_message(fork: Fork, upstream_fix: list[str]) -> str:
     """Returns the message for a fork that has upstream's own fix."""
     why = "upstream's own fix (sgl-project/sglang#33335, released in v0.5.17)"
-    has = f"{fork.quoted} has {survey.upstream_fix[0]}, {why}"
+    has = f"{fork.quoted} has {upstream_fix[0]}, {why}"
     return f"already fixed upstream: {has}; nothing to do"
 
 
@@ -702,7 +875,7 @@ def other_revision_message(fork: Fork, series: Series, others: set[str]) -> str:
     """Returns the refusal of a fork with the backport's commits of another revision."""
     older = f"Backport-Revision {', '.join(sorted(others))} of this backport"
     again = f"revert it (`python3 {quote(TOOL)} --revert {fork.quoted}`), then apply"
-    has = f"{fork.quoted} has {older}, patches/ Revision {series.revision}"
+    has = f"{fork.quoted} has {older}, {series.label} Revision {series.revision}"
     return f"{has}; {again}; {NOTHING_CHANGED}"
 
 
@@ -723,9 +896,11 @@ def another_revision_message(fork: Fork, series: Series, survey: Survey) -> str:
     return f"already patched: {fork.quoted} has {fix} {where}; nothing to do"
 
 
-def part_of_the_fix_message(fork: Fork, survey: Survey, marker: Marker) -> str:
+def part_of_the_fix_message(
+    fork: Fork, series: Series, survey: Survey, marker: Marker
+) -> str:
     """Returns the refusal of a fork that has part of this backport."""
-    lacks = [m.label for m in OUR_FIX if m.code not in survey.texts[m.path]]
+    lacks = [m.label for m in series.our_fix if m.code not in survey.texts[m.path]]
     lacks.append(names_of(survey.missing))
     has = f"it has {', '.join(survey.our_fix)}; it lacks {', '.join(lacks)}"
     message = f"{fork.quoted} has part of this backport: {has}"
@@ -740,21 +915,18 @@ def part_of_the_fix_message(fork: Fork, survey: Survey, marker: Marker) -> str:
 def patches_to_apply(fork: Fork, series: Series) -> list[Patch]:
     """Returns the patches the fork lacks; [] once it said why it needs none."""
     survey = survey_fork(fork, series)
-    if survey.upstream_fix and not survey.everything_applied():
-        say(upstream_fix_message(fork, survey))
-        return []
     others = other_revisions(fork, series)
     if series.revision and others and not survey.everything_applied():
         raise Refused(other_revision_message(fork, series, others))
     if not survey.missing:
         say(every_patch_message(fork, series, survey))
         return []
-    if has_another_revisions_fix(survey):
+    if has_another_revisions_fix(series, survey):
         say(another_revision_message(fork, series, survey))
         return []
-    marker = part_of_the_fix(survey)
+    marker = part_of_the_fix(series, survey)
     if marker is not None:
-        raise Refused(part_of_the_fix_message(fork, survey, marker))
+        raise Refused(part_of_the_fix_message(fork, series, survey, marker))
     return survey.missing
 
 
@@ -777,11 +949,18 @@ def missing_merge_bases(fork: Fork, patches: list[Patch]) -> dict[str, str]:
     return missing
 
 
-def release_copy(path: str) -> Optional[Path]:
-    """Returns the release's own copy of a fork's file, in .build/pristine, if any."""
+def release_package(release: str) -> Path:
+    """Returns the folder that holds the release's sglang/ package."""
+    if release == PRISTINE_RELEASE:
+        return PRISTINE
+    return RELEASES / release
+
+
+def release_copy(release: str, path: str) -> Optional[Path]:
+    """Returns the release's own copy of a fork's file, if it is unpacked here."""
     if not path.startswith("python/sglang/"):
         return None
-    copy = PRISTINE / path[len("python/") :]
+    copy = release_package(release) / path[len("python/") :]
     if not copy.is_file():
         return None
     return copy
@@ -792,20 +971,28 @@ def blob_of(fork: Fork, path: Path) -> str:
     return fork.output("hash-object --no-filters", path)
 
 
-def supply_merge_bases(fork: Fork, patches: list[Patch]) -> list[str]:
+def supply_merge_bases(
+    fork: Fork, series: Series, patches: list[Patch], quiet: bool = False
+) -> list[str]:
     """Gives the fork the merge bases it lacks; returns the files still lacking one."""
-    supplied = []
+    suppliers = []
     lacking = []
     for blob, path in missing_merge_bases(fork, patches).items():
-        copy = release_copy(path)
-        if copy is not None and blob_of(fork, copy).startswith(blob):
-            fork.output("hash-object --no-filters -w", copy)
-            supplied.append(path)
-        else:
+        supplier = None
+        for release in series.releases:
+            copy = release_copy(release, path)
+            if copy is not None and blob_of(fork, copy).startswith(blob):
+                fork.output("hash-object --no-filters -w", copy)
+                supplier = release
+                break
+        if supplier is None:
             lacking.append(path)
-    if supplied:
-        count = len(supplied)
-        say(f"gave git {RELEASE}'s {count} file(s) to merge 3-way (objects only)")
+        else:
+            suppliers.append(supplier)
+    if suppliers and not quiet:
+        releases = " and ".join(sorted(set(suppliers), key=version_key))
+        count = len(suppliers)
+        say(f"gave git {releases}'s {count} file(s) to merge 3-way (objects only)")
     return lacking
 
 
@@ -1012,23 +1199,282 @@ def fast_forward(fork: Fork, new_head: str, done: str) -> None:
     raise Refused(f"{failed}; it was restored as it was; {NOTHING_CHANGED}")
 
 
+# The fork's release line
+
+
+@dataclass
+class Release:
+    """A release the fork's files are compared with, and its series if it has one."""
+
+    name: str
+    series: Optional[Series]
+
+
+@dataclass
+class Line:
+    """How the fork's files compare with one release's, and with its series'."""
+
+    release: Release
+    paths: list[str]  # the files compared: those the release has
+    as_released: int = 0  # how many are the release's own
+    as_patched: int = 0  # how many are as the release's series writes them
+
+    @property
+    def matches(self) -> int:
+        """Returns how many of the files are the release's or its series'."""
+        return self.as_released + self.as_patched
+
+    @property
+    def rank(self) -> tuple[int, int]:
+        """Returns what orders the lines: the files that match, then those released."""
+        return (self.matches, self.as_released)
+
+
+def line_name(series: Series) -> str:
+    """Returns the releases a series serves, as a line's name: v0.5.15/v0.5.15.post1."""
+    return "/".join(series.releases)
+
+
+def lines_with_a_series(every: list[Series]) -> str:
+    """Returns the lines this backport has series for, and their folders."""
+    lines = []
+    for series in every:
+        lines.append(f"{' and '.join(series.releases)} ({series.label})")
+    return f"this backport has series for {', '.join(lines)}"
+
+
+def blobs_at_head(fork: Fork, paths: list[str]) -> dict[str, str]:
+    """Returns the blob of each of the paths at HEAD that HEAD has."""
+    listing = fork.output("ls-tree -r -z", fork.head, "--", *paths)
+    blobs = {}
+    for entry in listing.split("\0"):
+        if entry:
+            info, path = entry.split("\t", 1)
+            blobs[path] = info.split()[2]
+    return blobs
+
+
+def blobs_of_release(fork: Fork, release: str, paths: list[str]) -> dict[str, str]:
+    """Returns the blob of the release's own copy of each path it has here."""
+    copies = {}
+    for path in paths:
+        copy = release_copy(release, path)
+        if copy is not None:
+            copies[path] = copy
+    if not copies:
+        return {}
+    hashes = fork.output("hash-object --no-filters --", *copies.values()).split()
+    blobs = {}
+    for number, path in enumerate(copies):
+        blobs[path] = hashes[number]
+    return blobs
+
+
+def folder_key(folder: Path) -> tuple[int, ...]:
+    """Returns the sort key of a release's folder: that of its name."""
+    return version_key(folder.name)
+
+
+def known_releases(every: list[Series]) -> list[Release]:
+    """Returns each release a series serves, then each other one unpacked here."""
+    releases = []
+    names = set()
+    for series in every:
+        for name in series.releases:
+            if name not in names:
+                releases.append(Release(name, series))
+                names.add(name)
+    if RELEASES.is_dir():
+        for folder in sorted(RELEASES.glob("v*"), key=folder_key):
+            if folder.name not in names and (folder / "sglang").is_dir():
+                releases.append(Release(folder.name, None))
+                names.add(folder.name)
+    return releases
+
+
+def compare_with_release(
+    release: Release, head: dict[str, str], blobs: dict[str, str]
+) -> Line:
+    """Returns how the fork's blobs at HEAD compare with the release's and series'."""
+    line = Line(release=release, paths=list(blobs))
+    for path, blob in blobs.items():
+        there = head.get(path, "")
+        if there == blob:
+            line.as_released += 1
+        elif there and release.series is not None:
+            for written in release.series.writes(path):
+                if there.startswith(written):
+                    line.as_patched += 1
+                    break
+    return line
+
+
+def closest_release(fork: Fork, every: list[Series]) -> Optional[Line]:
+    """Returns the release whose files (or whose series') the fork's most are."""
+    every_path = []
+    for series in every:
+        every_path += [path for path in series.changed if path not in every_path]
+    head = blobs_at_head(fork, every_path)
+    best = None
+    for release in known_releases(every):
+        paths = every_path
+        if release.series is not None:
+            paths = release.series.changed
+        blobs = blobs_of_release(fork, release.name, paths)
+        line = compare_with_release(release, head, blobs)
+        if best is None or line.rank > best.rank:
+            best = line
+    if best is None or best.matches == 0:
+        return None
+    return best
+
+
+def line_message(fork: Fork, line: Line) -> str:
+    """Returns the message naming the fork's line and the files that tell it."""
+    series = line.release.series
+    release = line.release.name
+    of = f"of {len(line.paths)} files the {series.name} series changes"
+    if not line.as_released:
+        on = f"{fork.quoted} is on the {line_name(series)} line"
+        return f"{on}: {line.as_patched} {of} are as the series writes them"
+    message = f"{fork.quoted} is on the {release} line: {line.as_released} {of}"
+    message += f" are {release}'s as released"
+    if line.as_patched:
+        message += f", {line.as_patched} as the series writes them"
+    return message
+
+
+def no_series_message(fork: Fork, line: Line, every: list[Series]) -> str:
+    """Returns the refusal of a fork on a line this backport has no series for."""
+    release = line.release.name
+    files = f"{line.as_released} of {len(line.paths)} files this backport changes"
+    on = f"{fork.quoted} is on the {release} line: {files} are {release}'s as released"
+    return f"{on}; {lines_with_a_series(every)}; {NOTHING_CHANGED}"
+
+
+def conflicts_in_a_trial(fork: Fork, series: Series) -> int:
+    """Returns how many files conflict when the series' missing patches are tried."""
+    missing = survey_fork(fork, series).missing
+    if not missing:
+        return 0
+    supply_merge_bases(fork, series, missing, quiet=True)
+    paths = []
+    for patch in missing:
+        paths += patch.changed + patch.created
+    trial = run_trial(fork, paths, "am -3", [str(patch.path) for patch in missing])
+    conflicts = 0
+    for stop in trial.stops:
+        conflicts += max(len(stop.files), 1)  # no files: a merge base is lacking
+    return conflicts
+
+
+def lines_apart(ours: str, theirs: str) -> int:
+    """Returns how many lines one text has that the other lacks, counted both ways."""
+    our_lines = collections.Counter(ours.splitlines())
+    their_lines = collections.Counter(theirs.splitlines())
+    return sum((our_lines - their_lines).values()) + sum(
+        (their_lines - our_lines).values()
+    )
+
+
+def nearest_release(fork: Fork, series: Series) -> tuple[int, str]:
+    """Returns how many lines the fork's files are from the series' nearest release,
+    and that release."""
+    texts = file_texts(fork, fork.head, series.changed)
+    nearest = None
+    for release in series.releases:
+        apart = 0
+        for path, text in texts.items():
+            copy = release_copy(release, path)
+            release_text = ""
+            if copy is not None:
+                release_text = copy.read_text(encoding="utf-8", errors="replace")
+            apart += lines_apart(text, release_text)
+        if nearest is None or apart < nearest[0]:
+            nearest = (apart, release)
+    return nearest
+
+
+def chosen_by_trial(fork: Fork, every: list[Series]) -> Series:
+    """Returns the series that conflicts least in a trial, of those the nearest."""
+    chosen = None
+    for series in every:
+        conflicts = conflicts_in_a_trial(fork, series)
+        apart, release = nearest_release(fork, series)
+        rank = (conflicts, apart)
+        if chosen is None or rank < chosen[0]:
+            chosen = (rank, series, release)
+    (conflicts, apart), series, release = chosen
+    how = f"the {series.name} series applies"
+    if conflicts:
+        how = f"the {series.name} series conflicts in the fewest files, {conflicts}"
+    how += f"; the fork's files are {apart} lines from {release}'s"
+    on = f"{fork.quoted} is closest to the {release} line"
+    none = "no file the series change is as a release or a series has it"
+    say(f"{on}: {none}; chosen by a trial merge ({how})")
+    return series
+
+
+def refuse_a_line_before_the_series(fork: Fork, every: list[Series]) -> None:
+    """Refuses a fork on v0.5.13 or older, which lacks a file each served line has."""
+    there = blobs_at_head(fork, list(FILES_OF_THE_SERVED_LINES))
+    for path in FILES_OF_THE_SERVED_LINES:
+        if path not in there:
+            on = f"{fork.quoted} is on v0.5.13 or older (no {path})"
+            raise Refused(f"{on}; {lines_with_a_series(every)}; {NOTHING_CHANGED}")
+
+
+def has_upstreams_fix_alone(fork: Fork, every: list[Series]) -> bool:
+    """Says so and returns True where the fork has upstream's fix and no series."""
+    texts = file_texts(fork, fork.head, [marker.path for marker in UPSTREAM_FIX])
+    upstream_fix = found(UPSTREAM_FIX, texts)
+    if not upstream_fix:
+        return False
+    for series in every:
+        if survey_fork(fork, series).everything_applied():
+            return False
+    say(upstream_fix_message(fork, upstream_fix))
+    return True
+
+
+def choose_series(fork: Fork, every: list[Series]) -> Series:
+    """Returns the series of the fork's line, having said which and why."""
+    refuse_a_line_before_the_series(fork, every)
+    line = closest_release(fork, every)
+    if line is None:
+        return chosen_by_trial(fork, every)
+    if line.release.series is None:
+        raise Refused(no_series_message(fork, line, every))
+    say(line_message(fork, line))
+    return line.release.series
+
+
 # Applying
 
 
+def setup_command(release: str) -> str:
+    """Returns the printed command that unpacks the release's files here."""
+    setup = f"bash {quote(ROOT / 'scripts/dev/setup.sh')}"
+    if release == PRISTINE_RELEASE:
+        setup += " --pristine-only"
+    return f"`{setup}`"
+
+
 def apply_conflicts_message(
-    fork: Fork, patches: list[Patch], lacking: list[str], trial: Trial
+    fork: Fork, series: Series, patches: list[Patch], lacking: list[str], trial: Trial
 ) -> str:
     """Returns the refusal of a series that does not apply, naming every conflict."""
     message = f"the series does not apply to {fork.quoted}, not even with a 3-way merge"
+    no_base = f"no {series.name} base"
     if lacking:
-        setup = f"`bash {quote(ROOT / 'scripts/dev/setup.sh')} --pristine-only`"
-        fetch = f"`{fork.cd} git fetch {UPSTREAM_REPO} {RELEASE}`"
-        message += f" (for {NO_BASE}: run {setup} or {fetch})"
+        setup = setup_command(series.name)
+        fetch = f"`{fork.cd} git fetch {UPSTREAM_REPO} {series.name}`"
+        message += f" (for {no_base}: run {setup} or {fetch})"
     for stop in trial.stops:
         patch = patches[int(stop.step) - 1]
         reasons = stop.files
         if not reasons:  # git am stopped for a missing merge base
-            reasons = {path: NO_BASE for path in patch.bases if path in lacking}
+            reasons = {path: no_base for path in patch.bases if path in lacking}
         message += f"; {patch.name}: {files_and_reasons(reasons)}"
     return message + by_hand(fork, "am -3", [str(patch.path) for patch in patches])
 
@@ -1047,18 +1493,21 @@ def patches_merged_3way(patches: list[Patch], output: str) -> list[Patch]:
 
 def apply(fork_path: str) -> int:
     """Applies the patches the fork lacks, in a trial first; returns the exit status."""
-    series = load_series(SERIES_FOLDER)
+    every = load_every_series()
     fork = open_fork(fork_path)
+    if has_upstreams_fix_alone(fork, every):
+        return 0
+    series = choose_series(fork, every)
     patches = patches_to_apply(fork, series)
     if not patches:
         return 0
-    lacking = supply_merge_bases(fork, patches)
+    lacking = supply_merge_bases(fork, series, patches)
     paths = []
     for patch in patches:
         paths += patch.changed + patch.created
     trial = run_trial(fork, paths, "am -3", [str(patch.path) for patch in patches])
     if trial.stops:
-        raise Refused(apply_conflicts_message(fork, patches, lacking, trial))
+        raise Refused(apply_conflicts_message(fork, series, patches, lacking, trial))
     count = f"{len(patches)} of the {len(series.patches)} patches"
     fast_forward(fork, trial.head, f"applied {count} to")
     merged = patches_merged_3way(patches, trial.output)
@@ -1098,13 +1547,35 @@ def revert_conflicts_message(fork: Fork, commits: list[str], trial: Trial) -> st
     return message + by_hand(fork, "revert --no-edit", commits)
 
 
-def fix_left(fork: Fork, rev: str, commits: list[str]) -> list[str]:
+def draft_writes_of_the_line(texts: dict[str, str]) -> tuple[Marker, ...]:
+    """Returns the draft writes of the fork's line: the form its files hold most of."""
+    best = DRAFT_WRITE_FORMS[0]
+    most = -1
+    for form in DRAFT_WRITE_FORMS:
+        there = len(found(form, texts))
+        if there > most:
+            best = form
+            most = there
+    return best
+
+
+def fix_left(
+    fork: Fork, rev: str, commits: list[str], every: list[Series]
+) -> list[str]:
     """Returns what rev still has of the fix once the commits are reverted."""
-    markers = OUR_FIX + DRAFT_WRITES
-    texts = file_texts(fork, rev, [marker.path for marker in markers])
-    left = found(OUR_FIX, texts)
+    fixes = list(OUR_FIX)  # each line's: the code is the same, the file may not be
+    for series in every:
+        fixes += series.our_fix
+    paths = [marker.path for marker in fixes]
+    for form in DRAFT_WRITE_FORMS:
+        paths += [marker.path for marker in form]
+    texts = file_texts(fork, rev, paths)
+    left = []
+    for label in found(tuple(fixes), texts):
+        if label not in left:
+            left.append(label)
     if commits:  # reverting them brings every draft write back
-        for marker in DRAFT_WRITES:
+        for marker in draft_writes_of_the_line(texts):
             if marker.code not in texts[marker.path]:
                 left.append(f"no draft write in {marker.label}")
     return left
@@ -1132,6 +1603,7 @@ def files_changed_by(fork: Fork, commits: list[str]) -> list[str]:
 
 def revert(fork_path: str) -> int:
     """Reverts this backport's commits, in a trial first; returns the exit status."""
+    every = load_every_series()
     fork = open_fork(fork_path)
     commits = [commit.sha for commit in backport_commits(fork)]
     new_head = fork.head
@@ -1141,7 +1613,7 @@ def revert(fork_path: str) -> int:
         if trial.stops:
             raise Refused(revert_conflicts_message(fork, commits, trial))
         new_head = trial.head
-    left = fix_left(fork, new_head, commits)
+    left = fix_left(fork, new_head, commits, every)
     if left:
         raise Refused(fix_left_message(fork, left, commits))
     if not commits:

@@ -38,6 +38,12 @@ own commits::
 
 The older revision of the series is this repository's patches/ at OLD_SERIES,
 Backport-Revision 2.
+
+The other release lines (``TestReleaseLines``): a release repository made the
+same way from .build/releases/vVERSION (``fork_of``), with the files every
+series changes, and forks cloned from it::
+
+    R  "sglang VERSION"                                  <- main, tag vVERSION
 """
 
 import hashlib
@@ -56,12 +62,17 @@ from typing import Optional
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase
 
-register_cpu_ci(est_time=90, suite="base-a-test-cpu")
+register_cpu_ci(est_time=100, suite="base-a-test-cpu")
 
 ROOT = Path(__file__).resolve().parents[3]
 TOOL = ROOT / "scripts" / "fork" / "apply_to_fork.py"
 SERIES = sorted((ROOT / "patches").glob("*.patch"))
+# The v0.5.15 line's series (v0.5.15 and v0.5.15.post1), and every series.
+LINE_SERIES = sorted((ROOT / "patches" / "v0.5.15.post1").glob("*.patch"))
+EVERY_SERIES = SERIES + sorted((ROOT / "patches").glob("v*/*.patch"))
 PRISTINE = ROOT / ".build" / "pristine"
+RELEASES = ROOT / ".build" / "releases"
+RELEASE_LINE = ("v0.5.15", "v0.5.15.post1")  # the releases LINE_SERIES serves
 WHEELS = ROOT / ".build" / "wheels"
 OLD_SERIES = "1db19c3"  # a commit of this repository with Backport-Revision 2
 
@@ -146,18 +157,24 @@ def write(path: Path, text: str, mode: Optional[int] = None) -> None:
 
 
 def files_the_tests_need() -> set[str]:
-    """The files under python/sglang/ the series changes, and those the tests read."""
+    """The files under python/sglang/ the series change, and those the tests read."""
     files = {"__init__.py", "version.py", "srt/model_executor/model_runner.py"}
-    for patch in SERIES:
+    for patch in EVERY_SERIES:
         diff = r"^diff --git a/python/sglang/(\S+) b/"
         files |= set(re.findall(diff, patch.read_text(), re.M))
     return files
 
 
-def release_repository(path: Path, files: Optional[set[str]] = None) -> Path:
-    """Commit A: the release's files (all of them without files), tagged v0.5.16."""
+def release_repository(
+    path: Path,
+    files: Optional[set[str]] = None,
+    unpacked: Path = PRISTINE,
+    tag: str = "v0.5.16",
+) -> Path:
+    """Commit A: the release's files (all of them without files), tagged v0.5.16;
+    or commit R, another release's, from its unpacked package."""
     package = path / "python" / "sglang"
-    release = PRISTINE / "sglang"
+    release = unpacked / "sglang"
     if files is None:
         ignore = shutil.ignore_patterns("__pycache__")
         shutil.copytree(release, package, ignore=ignore)
@@ -166,9 +183,20 @@ def release_repository(path: Path, files: Optional[set[str]] = None) -> Path:
             (package / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(release / name, package / name)
     git(path, "init", "-q", "-b", "main")
-    commit_everything(path, "sglang 0.5.16")
-    git(path, "tag", "v0.5.16")
+    commit_everything(path, f"sglang {tag[1:]}")
+    git(path, "tag", tag)
     return path
+
+
+def files_changed_by(patches: list[Path]) -> list[str]:
+    """The files under python/ the patches change (not those they create)."""
+    pattern = r"^diff --git a/(python/\S+) b/\S+\n(?!new file mode)"
+    changed = []
+    for patch in patches:
+        for path in re.findall(pattern, patch.read_text(), re.M):
+            if path not in changed:
+                changed.append(path)
+    return changed
 
 
 def files_created_by(patches: list[Path]) -> list[str]:
@@ -189,10 +217,10 @@ def backport_revision(patches: list[Path]) -> str:
 REVISION = backport_revision(SERIES)
 
 
-def first_hunk(path: str) -> tuple[int, list[str]]:
-    """The 0-based line of v0.5.16's path where the series' first hunk there
+def first_hunk(path: str, series: list[Path] = SERIES) -> tuple[int, list[str]]:
+    """The 0-based line of the release's path where the series' first hunk there
     starts, and that hunk's leading context lines."""
-    for patch in SERIES:
+    for patch in series:
         header = rf"^diff --git a/{re.escape(path)} (?s:.*?)^@@ -(\d+).*\n((?: .*\n)*)"
         hunk = re.search(header, patch.read_text(), re.M)
         if hunk is not None:
@@ -209,10 +237,12 @@ def add_note_to_a_changed_line(fork: Path, path: str, note: str) -> None:
     (fork / path).write_text("".join(lines))
 
 
-def add_note_inside_the_context(fork: Path, path: str, note: str) -> None:
+def add_note_inside_the_context(
+    fork: Path, path: str, note: str, series: list[Path] = SERIES
+) -> None:
     """Adds a comment line inside the leading context of the series' first hunk in
     path: `git apply` fails there, and a 3-way merge takes it."""
-    start, _ = first_hunk(path)
+    start, _ = first_hunk(path, series)
     lines = (fork / path).read_text().splitlines(True)
     indentation = re.match(r"[ \t]*", lines[start + 1])[0]
     lines.insert(start + 1, f"{indentation}{note}\n")
@@ -272,6 +302,16 @@ class ForkCase(CustomTestCase):
         git(fork, "config", "user.name", "Fork Maintainer")
         git(fork, "config", "user.email", "fork@example.invalid")
         return fork
+
+    def fork_of(self, release: str) -> Path:
+        """A clone of another release's repository (commit R), made once."""
+        source = TMP / f"release-{release}"
+        if not source.exists():
+            unpacked = RELEASES / release
+            if not (unpacked / "sglang").is_dir():
+                self.fail(f"{unpacked} is missing; run scripts/dev/setup.sh")
+            release_repository(source, files_the_tests_need(), unpacked, release)
+        return self.fork_of_the_release(source=source)
 
     def imported_fork(self, without: tuple[str, ...] = ()) -> Path:
         """Commit I: the release's files, two of them edited, with no history
@@ -867,6 +907,153 @@ class TestReverting(ForkCase):
         run = self.assert_refused(fork, "does not revert in", why, flags=("--revert",))
         by_hand = self.run_printed_command(run.stderr, "cd ")
         self.assertIn("git revert --continue", by_hand.stdout + by_hand.stderr)
+
+
+class TestReleaseLines(ForkCase):
+    """The line is read from the fork's files: each series serves its own."""
+
+    def line_said(self, fork: Path, release: str, series: str, changed: int) -> str:
+        """The line the tool says for a fork whose files are release's as released."""
+        files = f"{changed} of {changed} files the {series} series changes"
+        return f"apply: {fork} is on the {release} line: {files} are {release}'s"
+
+    def test_a_v0_5_16_fork_takes_the_v0_5_16_series_and_is_named_so(self) -> None:
+        fork = self.fork_of_the_release()
+        run = self.run_tool(fork)
+        self.assert_done(run, fork)
+        changed = len(files_changed_by(SERIES))
+        self.assertIn(self.line_said(fork, "v0.5.16", "v0.5.16", changed), run.stdout)
+
+    def test_a_v0_5_15_post1_fork_takes_its_series_and_is_named_so(self) -> None:
+        fork = self.fork_of("v0.5.15.post1")
+        by_hand = self.fork_of("v0.5.15.post1")
+        start = git(fork, "rev-parse", "HEAD")
+        run = self.run_tool(fork)
+        self.assert_done(run, fork, f"applied {len(LINE_SERIES)} of the")
+        changed = len(files_changed_by(LINE_SERIES))
+        said = self.line_said(fork, "v0.5.15.post1", "v0.5.15.post1", changed)
+        self.assertIn(f"{said} as released\n", run.stdout)
+        am(by_hand, LINE_SERIES)
+        for args in (["log", "--format=%an %ae %B", f"{start}.."], ["write-tree"]):
+            self.assertEqual(git(fork, *args), git(by_hand, *args))
+        self.assert_nothing_to_do(fork, "already patched", "every patch of this")
+
+    def test_a_v0_5_15_fork_takes_the_same_series_and_is_named_v0_5_15(self) -> None:
+        fork = self.fork_of("v0.5.15")
+        run = self.run_tool(fork)
+        self.assert_done(run, fork, f"applied {len(LINE_SERIES)} of the")
+        changed = files_changed_by(LINE_SERIES)
+        said = self.line_said(fork, "v0.5.15", "v0.5.15.post1", len(changed))
+        self.assertIn(said, run.stdout)
+        # The series' merge bases are v0.5.15.post1's, which a v0.5.15 fork lacks
+        # where the two releases differ.
+        differ = 0
+        for path in changed:
+            copies = [RELEASES / r / path[len("python/") :] for r in RELEASE_LINE]
+            differ += copies[0].read_bytes() != copies[1].read_bytes()
+        self.assertGreater(differ, 0)
+        gave = f"gave git v0.5.15.post1's {differ} file(s) to merge 3-way"
+        self.assertIn(gave, run.stdout)
+        subjects = git(fork, "log", "--format=%s", f"HEAD~{len(LINE_SERIES)}..")
+        for patch in LINE_SERIES:
+            subject = re.search(
+                r"^Subject: \[PATCH[^\]]*\] (.*)$", patch.read_text(), re.M
+            )
+            self.assertIn(subject[1], subjects)
+        self.assertIn("def draft_server_args_copy(", (fork / SERVER_ARGS).read_text())
+        self.assert_nothing_to_do(fork, "already patched")
+
+    def test_a_drifted_v0_5_15_post1_fork_is_still_sent_to_its_line(self) -> None:
+        fork = self.fork_of("v0.5.15.post1")
+        note = "# fork: a local note"
+        add_note_inside_the_context(fork, SCHEDULER, note, LINE_SERIES)
+        commit_everything(fork, "fork: a note near the backport")
+        run = self.run_tool(fork)
+        self.assert_done(run, fork, f"applied {len(LINE_SERIES)} of the")
+        changed = len(files_changed_by(LINE_SERIES))
+        files = f"{changed - 1} of {changed} files the v0.5.15.post1 series changes"
+        self.assertIn(f"is on the v0.5.15.post1 line: {files}", run.stdout)
+        merged = f"merged 3-way with your fork's changes: {LINE_SERIES[1].name}"
+        self.assertIn(merged, run.stdout)
+        self.assertIn(note, (fork / SCHEDULER).read_text())
+
+    def test_a_fork_drifted_in_every_file_is_sent_to_its_line_by_a_trial(self) -> None:
+        fork = self.fork_of("v0.5.15.post1")
+        for path in files_changed_by(LINE_SERIES):
+            add_note_inside_the_context(fork, path, "# fork: ours", LINE_SERIES)
+        commit_everything(fork, "fork: a note near every hunk")
+        run = self.run_tool(fork)
+        self.assert_done(run, fork, f"applied {len(LINE_SERIES)} of the")
+        closest = f"apply: {fork} is closest to the v0.5.15.post1 line: "
+        self.assertIn(closest, run.stdout)
+        notes = len(files_changed_by(LINE_SERIES))
+        how = f"(the v0.5.15.post1 series applies; the fork's files are {notes} lines"
+        self.assertIn(
+            f"chosen by a trial merge {how} from v0.5.15.post1's)", run.stdout
+        )
+        self.assertEqual((fork / SCHEDULER).read_text().count("# fork: ours"), 1)
+
+    def test_revert_takes_the_v0_5_15_post1_series_out(self) -> None:
+        fork = self.fork_of("v0.5.15.post1")
+        tree = git(fork, "rev-parse", "HEAD^{tree}")
+        self.assert_done(self.run_tool(fork), fork, f"applied {len(LINE_SERIES)} of")
+        run = self.run_tool(fork, "--revert")
+        reverted = f"reverted {len(LINE_SERIES)} commit(s), newest first"
+        self.assert_done(run, fork, reverted)
+        self.assertEqual(git(fork, "rev-parse", "HEAD^{tree}"), tree)
+        self.assert_nothing_to_do(fork, "nothing to revert: ", flags=("--revert",))
+
+    def test_the_fix_of_the_v0_5_15_line_in_part_is_refused(self) -> None:
+        # Patch 0001 as its commit, the rest by hand: a revert leaves the helper,
+        # and none of the line's draft writes comes back.
+        mixed = self.fork_of("v0.5.15.post1")
+        am(mixed, LINE_SERIES[:1])
+        am(mixed, LINE_SERIES[1:], how="apply --index")
+        commit_everything(mixed, "fork: the rest of it, by hand")
+        left = "(draft_server_args_copy(), no draft write in scheduler.py"
+        self.assert_refused(mixed, left, flags=("--revert",))
+        # The helper alone: part of this backport, the line's draft writes there.
+        helper_only = self.fork_of("v0.5.15.post1")
+        fix = next(
+            p for p in LINE_SERIES if "def draft_server_args_copy(" in p.read_text()
+        )
+        git(helper_only, "apply", f"--include={SERVER_ARGS}", str(fix))
+        commit_everything(helper_only, "fork: take draft_server_args_copy only")
+        self.assert_refused(
+            helper_only,
+            "part of this backport: it has draft_server_args_copy()",
+            f"it lacks scoped_server_args(), {LINE_SERIES[0].name}",
+            "draft writes in scheduler.py, eagle_worker_v2.py, standalone_worker_v2.py",
+        )
+
+    def test_a_fork_before_v0_5_14_is_refused_as_v0_5_13_or_older(self) -> None:
+        for path in (RUNTIME_CONTEXT, EAGLE):
+            with self.subTest(path=path):
+                fork = self.fork_of_the_release()
+                (fork / path).unlink()
+                commit_everything(fork, "fork: as before v0.5.14")
+                self.assert_refused(
+                    fork,
+                    f"{fork} is on v0.5.13 or older (no {path}); this backport has",
+                    "v0.5.16 (patches/)",
+                    "v0.5.15.post1 (patches/v0.5.15.post1/)",
+                )
+
+    def test_a_v0_5_14_fork_is_refused_naming_its_line_while_it_has_no_series(
+        self,
+    ) -> None:
+        fork = self.fork_of("v0.5.14")
+        on = f"{fork} is on the v0.5.14 line: "
+        if sorted((ROOT / "patches" / "v0.5.14").glob("*.patch")):
+            # Once the line has a series, the fork takes it.
+            run = self.run_tool(fork)
+            self.assert_done(run, fork, "applied ")
+            self.assertIn(f"apply: {on}", run.stdout)
+            return
+        run = self.assert_refused(fork, on, "are v0.5.14's as released")
+        series_for = run.stderr.split("this backport has series for ")[1]
+        self.assertIn("v0.5.16 (patches/)", series_for)
+        self.assertNotIn("v0.5.14", series_for)
 
 
 if __name__ == "__main__":
