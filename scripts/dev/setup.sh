@@ -44,14 +44,13 @@ pristine_ok() {
         [ -f "$PRISTINE/.complete" ]
 }
 
-# Unpack the released package from the wheel into $PRISTINE, with $1 -m pip.
-unpack_pristine() {
-    log "unpacking the pristine sglang $SGLANG_VERSION package into $PRISTINE"
-    rm -rf "$PRISTINE" .build/wheels
-    mkdir -p .build/wheels "$PRISTINE"
+# Download the wheel of sglang $2 into .build/wheels and unpack its sglang/
+# package into $3, with $1 -m pip.
+unpack_release() {
+    mkdir -p .build/wheels "$3"
     "$1" -m pip --disable-pip-version-check -q download --no-deps \
-        "sglang==$SGLANG_VERSION" -d .build/wheels 2> >(grep -v '^WARNING: Location' >&2)
-    "$1" - "$PRISTINE" .build/wheels/sglang-"$SGLANG_VERSION"-*.whl <<'EOF'
+        "sglang==$2" -d .build/wheels 2> >(grep -v '^WARNING: Location' >&2)
+    "$1" - "$3" .build/wheels/sglang-"$2"-*.whl <<'EOF'
 import sys
 import zipfile
 
@@ -59,6 +58,13 @@ dest, wheel = sys.argv[1], sys.argv[2]
 with zipfile.ZipFile(wheel) as zf:
     zf.extractall(dest, [n for n in zf.namelist() if n.startswith("sglang/")])
 EOF
+}
+
+# Unpack the released package from the wheel into $PRISTINE, with $1 -m pip.
+unpack_pristine() {
+    log "unpacking the pristine sglang $SGLANG_VERSION package into $PRISTINE"
+    rm -rf "$PRISTINE" .build/wheels
+    unpack_release "$1" "$SGLANG_VERSION" "$PRISTINE"
     # Its own bytecode: the regression proof imports it in several processes,
     # and each would otherwise compile sglang from source.
     "$1" -m compileall -q -j0 "$PRISTINE" >/dev/null
@@ -82,17 +88,7 @@ unpack_older_releases() {
         [ -f "$dest/.complete" ] && continue
         log "unpacking the sglang $version package into $dest"
         rm -rf "$dest"
-        mkdir -p "$dest"
-        "$1" -m pip --disable-pip-version-check -q download --no-deps \
-            "sglang==$version" -d .build/wheels 2> >(grep -v '^WARNING: Location' >&2)
-        "$1" - "$dest" .build/wheels/sglang-"$version"-*.whl <<'EOF'
-import sys
-import zipfile
-
-dest, wheel = sys.argv[1], sys.argv[2]
-with zipfile.ZipFile(wheel) as zf:
-    zf.extractall(dest, [n for n in zf.namelist() if n.startswith("sglang/")])
-EOF
+        unpack_release "$1" "$version" "$dest"
         touch "$dest/.complete"
     done
 }
