@@ -29,12 +29,12 @@ from collections import Counter
 from importlib import metadata
 
 import pytest
+from release_forks import git, release_fork, series_patches
 
 from sglang.test.ci.ci_register import HWBackend, collect_tests
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 BIN = os.path.dirname(sys.executable)
-IDENTITY = ("-c", "user.name=Fork Maintainer", "-c", "user.email=fork@example.invalid")
 
 # The per-commit CPU suites of SGLang's runner at the v0.5.16 cut: upstream's
 # test/run_suite.py, PER_COMMIT_SUITES[HWBackend.CPU]. Its validate_all_suites()
@@ -66,40 +66,6 @@ ISORT_CFG = "[settings]\nprofile=black\nknown_first_party=sglang\n"
 CODESPELL_RC = "[codespell]\n"
 
 
-def git(cwd, *args):
-    """Run git in ``cwd``; fail the test with git's words if it fails."""
-    proc = subprocess.run(
-        ["git", *IDENTITY, *args], cwd=cwd, capture_output=True, text=True
-    )
-    if proc.returncode:
-        raise AssertionError(f"git {' '.join(args)}: {proc.stdout}{proc.stderr}")
-    return proc.stdout
-
-
-def make_fork(top, package, release, series_dir):
-    """Make a fork of ``package`` at ``top``, tagged ``release``, with the series
-    in ``series_dir`` applied by ``git am -3``."""
-    shutil.copytree(
-        package,
-        os.path.join(top, "python", "sglang"),
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
-    with open(os.path.join(top, ".isort.cfg"), "w", encoding="utf-8") as fh:
-        fh.write(ISORT_CFG)
-    with open(os.path.join(top, ".codespellrc"), "w", encoding="utf-8") as fh:
-        fh.write(CODESPELL_RC)
-    git(top, "init", "-q", "-b", "main")
-    git(top, "add", "-A")
-    git(top, "commit", "-q", "-m", f"sglang {release}")
-    git(top, "tag", release)
-    series = sorted(
-        os.path.join(series_dir, name)
-        for name in os.listdir(series_dir)
-        if name.endswith(".patch")
-    )
-    git(top, "am", "-3", *series)
-
-
 def run_linter(tree, *argv):
     """Run one of the venv's linters in ``tree``; return its stdout and stderr."""
     proc = subprocess.run(
@@ -126,7 +92,9 @@ class SeriesForkChecks:
         cls.tmp = tempfile.mkdtemp(prefix="fork-ci-")
         cls.fork = os.path.join(cls.tmp, "fork")
         cls.release = os.path.join(cls.tmp, "release")
-        make_fork(cls.fork, cls.PACKAGE, cls.RELEASE, cls.SERIES)
+        config = {".isort.cfg": ISORT_CFG, ".codespellrc": CODESPELL_RC}
+        release_fork(cls.fork, cls.PACKAGE, cls.RELEASE, config)
+        git(cls.fork, "am", "-3", *series_patches(cls.SERIES))
         git(cls.fork, "worktree", "add", "-q", "--detach", cls.release, cls.RELEASE)
         changes = git(
             cls.fork, "diff", "--name-status", "--no-renames", cls.RELEASE, "HEAD"

@@ -28,8 +28,9 @@ import sys
 import tempfile
 import unittest
 
+from release_forks import git, release_fork, series_patches
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-IDENTITY = ("-c", "user.name=Fork Maintainer", "-c", "user.email=fork@example.invalid")
 RATCHET_FILES = (
     "scripts/ratchet/writer_ratchet.py",
     "test/registered/unit/test_server_args_write_sites_ratchet.py",
@@ -52,24 +53,9 @@ REGRESSION_CLASSES = {
 }
 
 
-def git(cwd, *args):
-    """Run git in ``cwd``; fail the test with git's words if it fails."""
-    proc = subprocess.run(
-        ["git", *IDENTITY, *args], cwd=cwd, capture_output=True, text=True
-    )
-    if proc.returncode:
-        raise AssertionError(f"git {' '.join(args)}: {proc.stdout}{proc.stderr}")
-    return proc.stdout
-
-
-def series_patches(line):
+def line_patches(line):
     """The patch files of a line's series, in the order they apply."""
-    folder = os.path.join(REPO, "patches", line)
-    return sorted(
-        os.path.join(folder, name)
-        for name in os.listdir(folder)
-        if name.endswith(".patch")
-    )
+    return series_patches(os.path.join(REPO, "patches", line))
 
 
 def run_python(cwd, *argv):
@@ -99,16 +85,8 @@ class ReleaseLineForkTests:
             raise AssertionError(f"no {package}; run scripts/dev/setup.sh first")
         cls.tmp = tempfile.mkdtemp(prefix=f"release-line-{cls.RELEASE}-")
         cls.fork = os.path.join(cls.tmp, "fork")
-        shutil.copytree(
-            package,
-            os.path.join(cls.fork, "python", "sglang"),
-            ignore=shutil.ignore_patterns("__pycache__"),
-        )
-        git(cls.fork, "init", "-q", "-b", "main")
-        git(cls.fork, "add", "-A")
-        git(cls.fork, "commit", "-q", "-m", f"sglang {cls.RELEASE}")
-        git(cls.fork, "tag", cls.RELEASE)
-        git(cls.fork, "am", "-3", *series_patches(cls.LINE))
+        release_fork(cls.fork, package, cls.RELEASE)
+        git(cls.fork, "am", "-3", *line_patches(cls.LINE))
 
     @classmethod
     def tearDownClass(cls):
@@ -117,7 +95,7 @@ class ReleaseLineForkTests:
     def test_the_series_applies_as_one_commit_per_patch(self):
         log = git(self.fork, "log", "--format=%s", f"{self.RELEASE}..HEAD")
 
-        self.assertEqual(len(log.splitlines()), len(series_patches(self.LINE)))
+        self.assertEqual(len(log.splitlines()), len(line_patches(self.LINE)))
         self.assertEqual(git(self.fork, "status", "--porcelain"), "")
 
     def test_the_shipped_tests_pass_on_the_patched_fork(self):
