@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The patch series in patches/ is the product: `git format-patch` files with
-# a fork's paths, applied in file-name order (`git am -3 patches/*.patch`;
-# patches/series lists the same order for quilt-style tools).
+# The patch series in patches/v0.5.16/ is the product: `git format-patch`
+# files with a fork's paths, applied in file-name order (`git am -3
+# patches/v0.5.16/*.patch`; its series file lists the same order for
+# quilt-style tools).
 # The patches that edit SGLang (python/sglang/...) come first; then the ones
 # that add the shipped tests and the ratchet, whose files are kept in this
 # repository (test/registered/unit/, scripts/ratchet/) and written into the
@@ -12,9 +13,10 @@
 #   patches.sh reset     reinstall the venv's sglang 0.5.16 as released
 #   patches.sh checkout  make .build/fork: sglang 0.5.16 (tag v0.5.16) in fork
 #                        layout with the series as commits, to edit SGLang in
-#   patches.sh refresh   rewrite patches/ from .build/fork's SGLang commits
-#                        and this repository's shipped files
-#   patches.sh check     fail if patches/ is not what refresh would write
+#   patches.sh refresh   rewrite patches/v0.5.16/ from .build/fork's SGLang
+#                        commits and this repository's shipped files
+#   patches.sh check     fail if patches/v0.5.16/ is not what refresh would
+#                        write
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -24,6 +26,7 @@ VENV=.venv
 PRISTINE=.build/pristine
 FORK=.build/fork
 BASE_TAG=v0.5.16
+SERIES_DIR=patches/v0.5.16
 IDENTITY=(-c user.name="SGLang 0.5.16 backport" -c user.email="backport@localhost")
 
 SCRATCH=$(mktemp -d)
@@ -35,8 +38,8 @@ die() {
 }
 
 series() {
-    compgen -G 'patches/*.patch' >/dev/null || die "no patches/*.patch"
-    printf '%s\n' patches/*.patch
+    compgen -G "$SERIES_DIR/*.patch" >/dev/null || die "no $SERIES_DIR/*.patch"
+    printf '%s\n' "$SERIES_DIR"/*.patch
 }
 
 # A patch that only touches python/ edits SGLang; the others add shipped files.
@@ -143,7 +146,7 @@ init_base() {
 }
 
 # build_series SGLANG_PATCHES... -- OUT: the SGLang patches, then each
-# shipped-files patch of patches/ with its message and date but this
+# shipped-files patch of patches/v0.5.16/ with its message and date but this
 # repository's files, written to OUT by git format-patch.
 build_series() {
     local repo patch out file
@@ -173,7 +176,7 @@ build_series() {
 cmd_checkout() {
     if [ -d "$FORK/.git" ]; then
         [ "${1:-}" = --force ] ||
-            die "$FORK exists; 'refresh' writes its commits to patches/, 'checkout --force' remakes it from patches/"
+            die "$FORK exists; 'refresh' writes its commits to $SERIES_DIR/, 'checkout --force' remakes it from $SERIES_DIR/"
         rm -rf "$FORK"
     fi
     init_base "$FORK"
@@ -199,8 +202,8 @@ cmd_refresh() {
     done
     # shellcheck disable=SC2046
     build_series $(find "$tmp/sglang" -name '*.patch' | sort) -- "$tmp/out"
-    rm -f patches/*.patch
-    cp "$tmp"/out/*.patch "$tmp/out/series" patches/
+    rm -f "$SERIES_DIR"/*.patch
+    cp "$tmp"/out/*.patch "$tmp/out/series" "$SERIES_DIR/"
     echo "patches: wrote $(find "$tmp/out" -name '*.patch' | wc -l) patches from $FORK and the shipped files"
 }
 
@@ -208,14 +211,14 @@ cmd_check() {
     local tmp=$SCRATCH/out
     # shellcheck disable=SC2046
     build_series $(sglang_series) -- "$tmp"
-    # patches/vVERSION/ holds the series of an older release line, which is
-    # edited as patch files (see the README); only the v0.5.16 series is made
-    # from this repository's files.
-    if ! diff -r -q --exclude='v[0-9]*' "$tmp" patches >/dev/null; then
-        diff -r -u --exclude='v[0-9]*' patches "$tmp" | head -n 40 >&2 || true
-        die "patches/ disagrees with the shipped files in this repository (above: what the series has, and what it would have); run 'scripts/dev/patches.sh refresh' and commit patches/"
+    # The other patches/vVERSION/ folders hold the series of older release
+    # lines, which are edited as patch files (see the README); only the v0.5.16
+    # series is made from this repository's files.
+    if ! diff -r -q "$tmp" "$SERIES_DIR" >/dev/null; then
+        diff -r -u "$SERIES_DIR" "$tmp" | head -n 40 >&2 || true
+        die "$SERIES_DIR/ disagrees with the shipped files in this repository (above: what the series has, and what it would have); run 'scripts/dev/patches.sh refresh' and commit $SERIES_DIR/"
     fi
-    echo "patches: patches/ matches the shipped files"
+    echo "patches: $SERIES_DIR/ matches the shipped files"
 }
 
 case "${1:-}" in
@@ -226,7 +229,7 @@ checkout) cmd_checkout "${2:-}" ;;
 refresh) cmd_refresh ;;
 check) cmd_check ;;
 *)
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

@@ -19,8 +19,8 @@ cd "$ROOT"
 PYTHON=${PYTHON:-python3.11}
 SGLANG_VERSION=0.5.16
 NEXT_VERSION=0.5.17
-# The older releases with a series of their own (patches/vVERSION/), and their
-# merge bases for the apply tool.
+# The older releases with a series of their own (in patches/vVERSION/, as
+# v0.5.16's is), and their merge bases for the apply tool.
 OLDER_VERSIONS="0.5.14 0.5.15 0.5.15.post1"
 # CUDA builds that run on the CPU; both lie on this machine's disk, so pip
 # takes them without a multi-GB download. The CPU-only torch wheel on disk has

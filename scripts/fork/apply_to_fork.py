@@ -4,9 +4,9 @@
     python3 scripts/fork/apply_to_fork.py FORK            # apply
     python3 scripts/fork/apply_to_fork.py --revert FORK   # take it out
 
-There is a series per release line: patches/*.patch, and the *.patch files of
-each patches/vVERSION/ folder; each patch's Applies-To trailer names the
-releases its series serves. The tool picks the fork's line from its code: the
+There is a series per release line: the *.patch files of each
+patches/vVERSION/ folder; each patch's Applies-To trailer names the releases
+its series serves. The tool picks the fork's line from its code: the
 blobs of the files the series change at HEAD, against each release's own files
 (.build/pristine for v0.5.16, .build/releases/vVERSION for the others) and the
 blobs the series write. Where no file is as a release or a series has it, a
@@ -53,7 +53,7 @@ StrPath = Union[str, Path]
 TOOL = Path(__file__).resolve()
 ROOT = TOOL.parents[2]  # this repository
 
-# The series: patches/*.patch, and those of each patches/vVERSION/ folder.
+# The series: the *.patch files of each patches/vVERSION/ folder.
 SERIES_FOLDER = ROOT / "patches"
 # The releases' own files (the merge bases a fork's history may lack, and what
 # the fork's files are compared with): v0.5.16's in .build/pristine/sglang,
@@ -438,7 +438,7 @@ class Series:
 
     @property
     def label(self) -> str:
-        """Returns the series' folder as messages name it, e.g. patches/."""
+        """Returns the series' folder as messages name it, e.g. patches/v0.5.16/."""
         folder = self.folder
         with contextlib.suppress(ValueError):
             folder = self.folder.relative_to(ROOT)
@@ -585,9 +585,12 @@ def series_key(series: Series) -> tuple[int, ...]:
 
 
 def load_every_series() -> list[Series]:
-    """Returns the series of patches/ and of each patches/v*/, oldest line first."""
-    every = [load_series(SERIES_FOLDER)]
+    """Returns the series of each patches/v*/, oldest line first; that of
+    patches/v0.5.16/ (PRISTINE_RELEASE) must be there."""
+    every = [load_series(SERIES_FOLDER / PRISTINE_RELEASE)]
     for folder in sorted(SERIES_FOLDER.glob("v*")):
+        if folder.name == PRISTINE_RELEASE:
+            continue
         if folder.is_dir() and any(folder.glob("*.patch")):
             every.append(load_series(folder))
     return sorted(every, key=series_key)

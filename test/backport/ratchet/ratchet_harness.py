@@ -35,7 +35,7 @@ SCRIPT = os.path.join(REPO, "scripts", "ratchet", "writer_ratchet.py")
 BASELINE = os.path.join(REPO, "scripts", "ratchet", "baseline.txt")
 SHIPPED_TEST = "test/registered/unit/test_server_args_write_sites_ratchet.py"
 PRISTINE = os.path.join(REPO, ".build", "pristine", "sglang")
-PATCHES = os.path.join(REPO, "patches")
+PATCHES = os.path.join(REPO, "patches", "v0.5.16")
 IDENTITY = ("-c", "user.name=Fork Maintainer", "-c", "user.email=fork@example.invalid")
 
 
@@ -115,7 +115,7 @@ def site_files() -> set[str]:
     those with a writer site in the patched 0.5.16 (the recorded baseline)."""
     files = {file for file, _, _ in load_ratchet().read_baseline(BASELINE)}
     for name in os.listdir(PATCHES):
-        if not name.endswith(".patch"):  # series, and other lines' folders
+        if not name.endswith(".patch"):  # the series file
             continue
         with open(os.path.join(PATCHES, name), encoding="utf-8") as fh:
             diff = r"^diff --git a/python/sglang/(\S+) "
@@ -142,7 +142,7 @@ def v0_5_16_fork(path: str, fork_change: Optional[Callable[[str], None]] = None)
 
 
 def apply_series(fork: str) -> None:
-    """P1 to P4: ``git am -3 patches/*.patch``, as the maintainer does."""
+    """P1 to P4: ``git am -3 patches/v0.5.16/*.patch``, as the maintainer does."""
     names = sorted(n for n in os.listdir(PATCHES) if n.endswith(".patch"))
     git(fork, "am", "-q", "-3", *(os.path.join(PATCHES, n) for n in names))
 

@@ -1,7 +1,7 @@
 """The writer ratchet in a drifted fork: a v0.5.16 fork with ServerArgs writes
-of its own gets the series by ``git am -3 patches/*.patch``; then the shipped
-check passes with no further step, and one more write fails it, named by
-file and line.
+of its own gets the series by ``git am -3 patches/v0.5.16/*.patch``; then the
+shipped check passes with no further step, and one more write fails it, named
+by file and line.
 
 The module builds one fork (see ratchet_harness), oldest commit first::
 

@@ -4,7 +4,7 @@ A fork runs its tests through SGLang's runner, ``python3 test/run_suite.py
 --hw cpu --suite base-a-test-cpu``, which collects every file under
 ``test/registered/`` and refuses to start when one registers to a suite it
 does not know; and its pre-commit runs ruff, black, isort and codespell at
-pinned versions. Both are checked for each series (``patches/`` for v0.5.16,
+pinned versions. Both are checked for each series (``patches/v0.5.16/``,
 ``patches/v0.5.15.post1/`` for the v0.5.15 line, ``patches/v0.5.14/``) on one
 fork made from its release's wheel::
 
@@ -198,7 +198,7 @@ class SeriesForkChecks:
 class TestTheV0_5_16Series(SeriesForkChecks, unittest.TestCase):
     PACKAGE = os.path.join(REPO, ".build", "pristine", "sglang")
     RELEASE = "v0.5.16"
-    SERIES = os.path.join(REPO, "patches")
+    SERIES = os.path.join(REPO, "patches", "v0.5.16")
 
 
 class TestTheV0_5_15Post1Series(SeriesForkChecks, unittest.TestCase):

@@ -3,7 +3,7 @@
 Every fork is a real git repository made from the released wheel's package
 (``.build/pristine/sglang`` as ``python/sglang``, tagged ``v0.5.16``), with one
 commit of its own on top, and takes the series with ``git am -3
-patches/*.patch`` as a fork maintainer runs it:
+patches/v0.5.16/*.patch`` as a fork maintainer runs it:
 
 - module-level import lines of the files the fix changes, edited as upstream
   edited them after 0.5.16 (``scheduler.py`` dropped ``get_server_args`` from
@@ -34,7 +34,7 @@ import pytest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 PRISTINE = os.path.join(REPO, ".build", "pristine", "sglang")
-SERIES = sorted(glob.glob(os.path.join(REPO, "patches", "*.patch")))
+SERIES = sorted(glob.glob(os.path.join(REPO, "patches", "v0.5.16", "*.patch")))
 SRT = "python/sglang/srt"
 IDENTITY = ("-c", "user.name=Fork Maintainer", "-c", "user.email=fork@example.invalid")
 

@@ -66,10 +66,10 @@ register_cpu_ci(est_time=100, suite="base-a-test-cpu")
 
 ROOT = Path(__file__).resolve().parents[3]
 TOOL = ROOT / "scripts" / "fork" / "apply_to_fork.py"
-SERIES = sorted((ROOT / "patches").glob("*.patch"))
+SERIES = sorted((ROOT / "patches" / "v0.5.16").glob("*.patch"))
 # The v0.5.15 line's series (v0.5.15 and v0.5.15.post1), and every series.
 LINE_SERIES = sorted((ROOT / "patches" / "v0.5.15.post1").glob("*.patch"))
-EVERY_SERIES = SERIES + sorted((ROOT / "patches").glob("v*/*.patch"))
+EVERY_SERIES = sorted((ROOT / "patches").glob("v*/*.patch"))
 PRISTINE = ROOT / ".build" / "pristine"
 RELEASES = ROOT / ".build" / "releases"
 RELEASE_LINE = ("v0.5.15", "v0.5.15.post1")  # the releases LINE_SERIES serves
@@ -346,9 +346,9 @@ class ForkCase(CustomTestCase):
         root = self.scratch_folder() / "project"
         tool = root / "scripts" / "fork" / TOOL.name
         write(tool, TOOL.read_text())
-        (root / "patches").mkdir()
+        (root / "patches" / "v0.5.16").mkdir(parents=True)
         for patch in patches:
-            write(root / "patches" / patch.name, patch.read_text())
+            write(root / "patches" / "v0.5.16" / patch.name, patch.read_text())
         (root / ".build").mkdir()
         if pristine:
             (root / ".build" / "pristine").symlink_to(PRISTINE)
@@ -590,7 +590,7 @@ class TestApplying(ForkCase):
         run = self.assert_refused(
             fork,
             f"has Backport-Revision {old_revision} of this backport",
-            f"patches/ Revision {REVISION}; revert it",
+            f"patches/v0.5.16/ Revision {REVISION}; revert it",
         )
         reverted = self.run_printed_command(run.stderr, "python3 ")
         self.assertEqual(reverted.returncode, 0, reverted.stdout + reverted.stderr)
@@ -1035,7 +1035,7 @@ class TestReleaseLines(ForkCase):
                 self.assert_refused(
                     fork,
                     f"{fork} is on v0.5.13 or older (no {path}); this backport has",
-                    "v0.5.16 (patches/)",
+                    "v0.5.16 (patches/v0.5.16/)",
                     "v0.5.15.post1 (patches/v0.5.15.post1/)",
                 )
 
@@ -1052,7 +1052,7 @@ class TestReleaseLines(ForkCase):
             return
         run = self.assert_refused(fork, on, "are v0.5.14's as released")
         series_for = run.stderr.split("this backport has series for ")[1]
-        self.assertIn("v0.5.16 (patches/)", series_for)
+        self.assertIn("v0.5.16 (patches/v0.5.16/)", series_for)
         self.assertNotIn("v0.5.14", series_for)
 
 
