@@ -35,10 +35,4 @@ set -e
 }
 
 echo "== every test against the patched install"
-if [ "$#" -gt 0 ]; then
-    exec "${PYTEST[@]}" -q "$@"
-fi
-"${PYTEST[@]}" -q --ignore=test/backport/e2e
-# The end-to-end servers run with nothing beside them: twice, with the other
-# worker busy, a server's HTTP process went away during a weight reload.
-exec .venv/bin/python -m pytest -q test/backport/e2e
+exec "${PYTEST[@]}" -q "$@"

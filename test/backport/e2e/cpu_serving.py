@@ -370,6 +370,14 @@ def _group_members(pgid: int) -> List[int]:
     return members
 
 
+def _decoded(body: bytes):
+    """A reply's JSON, or its text where it is not JSON (``/flush_cache``)."""
+    try:
+        return json.loads(body or b"null")
+    except ValueError:
+        return body.decode(errors="replace")
+
+
 class ServerProcess:
     """A real ``sglang.launch_server`` in its own process group.
 
@@ -539,13 +547,9 @@ class ServerProcess:
         )
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
-                return r.status, json.loads(r.read() or b"null")
+                return r.status, _decoded(r.read())
         except urllib.error.HTTPError as e:
-            body = e.read()
-            try:
-                return e.code, json.loads(body)
-            except ValueError:
-                return e.code, body.decode(errors="replace")
+            return e.code, _decoded(e.read())
         except (OSError, http.client.HTTPException) as e:
             # URLError, RemoteDisconnected, a timeout: no answer at all.
             raise ServerError(
@@ -584,7 +588,20 @@ class ServerProcess:
         return self._ok("GET", "/server_info", timeout=60)
 
     def update_weights_from_disk(self, model_path: str) -> dict:
-        """``/update_weights_from_disk`` (no load format: the server picks it)."""
+        """``/update_weights_from_disk`` (no load format: the server picks it),
+        sent once the scheduler is idle.
+
+        The reload ends with a cache flush that sglang asserts succeeded, and
+        a flush fails while the scheduler still holds the request that just
+        finished (it drops it only when it builds its next batch). A reload
+        sent the moment a ``/generate`` reply arrives can get there first when
+        the scheduler waits for a busy CPU; the assertion then ends the
+        scheduler, whose SIGQUIT ends the HTTP process, and the reload gets no
+        answer (sgl-project/sglang#14062). ``/flush_cache`` with a timeout
+        answers once the scheduler is idle."""
+        status, body = self.request("POST", "/flush_cache?timeout=60", timeout=90)
+        if status != 200:
+            raise ServerError(f"/flush_cache answered {status}: {body}")
         status, body = self.request(
             "POST", "/update_weights_from_disk", {"model_path": model_path}
         )
