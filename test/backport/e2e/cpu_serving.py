@@ -39,6 +39,9 @@ What is not stock, all of it here:
   - ``kernels/ops/speculative/cache_locs.py: assign_extend_cache_locs_func``
     matches no branch and returns None. The stand-in runs the function's own
     CUDA/XPU branch: the ``assign_extend_cache_locs`` Triton kernel.
+  - ``torch.cuda.synchronize`` (v0.5.14 and the v0.5.15 line only, where
+    ``LlamaForCausalLM.set_embed_and_head`` calls it with no device check)
+    is a no-op: a plain CPU has no device to wait for.
 
 * The launcher: ``python cpu_serving.py ARGS`` runs ``sglang.launch_server``
   with ARGS, as ``python -m sglang.launch_server ARGS`` does. The scheduler and
@@ -115,6 +118,15 @@ _COMMON_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
 }
+
+
+# A server that only starts and reports its config: no warm-up request and a
+# /health that answers without generating a token (two stock switches). The
+# releases before v0.5.16 run no speculative request on this CPU (v0.5.14 has
+# no Triton tree kernels to stand in), so their servers here only show what
+# the scheduler holds.
+CONFIG_ONLY_ARGS = ["--skip-server-warmup"]
+CONFIG_ONLY_ENV = {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0"}
 
 
 def plain_cpu() -> bool:
@@ -241,6 +253,13 @@ def install_speculative_kernel_stand_ins() -> bool:
     plain CPU; returns whether they were installed."""
     if not plain_cpu():
         return False
+    import importlib.util
+
+    if importlib.util.find_spec("sglang.kernels") is None:
+        # Before v0.5.16 these functions live elsewhere (v0.5.14 has no Triton
+        # tree kernels at all); the servers of those lines here only start
+        # and report their config (--skip-server-warmup), they run no request.
+        return False
     import torch
 
     import sglang.kernels.ops.speculative.cache_locs as cache_locs
@@ -295,12 +314,31 @@ def install_speculative_kernel_stand_ins() -> bool:
     return True
 
 
+def install_cuda_synchronize_stand_in() -> bool:
+    """Make ``torch.cuda.synchronize`` a no-op on a plain CPU, where there is
+    no device to wait for. Before v0.5.16, ``LlamaForCausalLM.set_embed_and_head``
+    (``models/llama.py``, which EAGLE's draft runs when it takes the target's
+    embedding and head) calls it on every platform but XPU; in a forked or
+    spawned process without CUDA it raises. Returns whether it is installed."""
+    if not plain_cpu():
+        return False
+    import torch
+
+    def synchronize(device=None):
+        return None
+
+    torch.cuda.synchronize = synchronize
+    return True
+
+
 def install_stand_ins() -> List[str]:
     """Every stand-in this platform needs (none on a CUDA machine); returns
     the names of those installed."""
     installed = []
     if install_vllm_custom_ops_stand_in():
         installed.append("vllm._custom_ops")
+    if install_cuda_synchronize_stand_in():
+        installed.append("torch.cuda.synchronize")
     if install_speculative_kernel_stand_ins():
         installed.append("speculative-kernels")
     return installed
@@ -383,7 +421,8 @@ class ServerProcess:
 
     ``pythonpath`` is put first on PYTHONPATH of the server and so of its
     spawn children (e.g. a directory holding the unpatched sglang); without it
-    the server inherits this process's PYTHONPATH. Use as a context manager,
+    the server inherits this process's PYTHONPATH. ``config_only`` starts it
+    with CONFIG_ONLY_ARGS and CONFIG_ONLY_ENV. Use as a context manager,
     or call ``start`` and ``wait_ready`` and always ``stop``.
     """
 
@@ -392,9 +431,13 @@ class ServerProcess:
         argv: List[str],
         pythonpath: Optional[str] = None,
         keep_log: bool = False,
+        config_only: bool = False,
     ):
         self.port = free_port()
         self.argv = list(argv) + serving_args() + ["--port", str(self.port)]
+        if config_only:
+            self.argv += CONFIG_ONLY_ARGS
+        self.config_only = config_only
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.pythonpath = pythonpath
         # The server's own TMPDIR: sglang leaves its IPC sockets there; removed
@@ -410,6 +453,8 @@ class ServerProcess:
 
     def start(self) -> "ServerProcess":
         env = server_env(self.pythonpath)
+        if self.config_only:
+            env.update(CONFIG_ONLY_ENV)
         env["TMPDIR"] = self.tmpdir
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(

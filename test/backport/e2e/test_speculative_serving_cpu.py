@@ -153,7 +153,7 @@ class _SpeculativeServer:
             "sglang": os.path.dirname(os.path.abspath(sglang.__file__)),
             # "none" on a CUDA machine: there the server runs stock.
             "stand-ins": (
-                "vllm._custom_ops,speculative-kernels"
+                "vllm._custom_ops,torch.cuda.synchronize,speculative-kernels"
                 if serving.plain_cpu()
                 else "none"
             ),

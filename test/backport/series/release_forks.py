@@ -2,12 +2,15 @@
 
 A fork is a git repository with the package as ``python/sglang`` in one
 commit, tagged with the release, as a maintainer's fork of that release is.
+The older releases' packages are unpacked by the set-up into
+``.build/releases/vVERSION/sglang``.
 """
 
 import os
 import shutil
 import subprocess
 
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 IDENTITY = ("-c", "user.name=Fork Maintainer", "-c", "user.email=fork@example.invalid")
 
 
@@ -45,3 +48,18 @@ def release_fork(top, package, release, files=None):
     git(top, "add", "-A")
     git(top, "commit", "-q", "-m", f"sglang {release}")
     git(top, "tag", release)
+
+
+def release_package(release):
+    """The folder holding ``release``'s ``sglang`` package as released."""
+    package = os.path.join(REPO, ".build", "releases", release)
+    if not os.path.isdir(os.path.join(package, "sglang")):
+        raise AssertionError(f"no {package}; run scripts/dev/setup.sh first")
+    return package
+
+
+def fork_with_series(top, release, line):
+    """Make a fork of ``release`` at ``top`` and apply the series of ``line``
+    (its folder under ``patches/``) with ``git am -3``, as a maintainer does."""
+    release_fork(top, os.path.join(release_package(release), "sglang"), release)
+    git(top, "am", "-3", *series_patches(os.path.join(REPO, "patches", line)))

@@ -28,9 +28,8 @@ import sys
 import tempfile
 import unittest
 
-from release_forks import git, release_fork, series_patches
+from release_forks import REPO, fork_with_series, git, series_patches
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 RATCHET_FILES = (
     "scripts/ratchet/writer_ratchet.py",
     "test/registered/unit/test_server_args_write_sites_ratchet.py",
@@ -80,13 +79,9 @@ class ReleaseLineForkTests:
 
     @classmethod
     def setUpClass(cls):
-        package = os.path.join(REPO, ".build", "releases", cls.RELEASE, "sglang")
-        if not os.path.isdir(package):
-            raise AssertionError(f"no {package}; run scripts/dev/setup.sh first")
         cls.tmp = tempfile.mkdtemp(prefix=f"release-line-{cls.RELEASE}-")
         cls.fork = os.path.join(cls.tmp, "fork")
-        release_fork(cls.fork, package, cls.RELEASE)
-        git(cls.fork, "am", "-3", *line_patches(cls.LINE))
+        fork_with_series(cls.fork, cls.RELEASE, cls.LINE)
 
     @classmethod
     def tearDownClass(cls):

@@ -10,6 +10,12 @@ recorder that notes the ``ServerArgs`` it was handed and the process-wide
 published config at that moment, then raises ``_DraftBuilt`` to stop the
 construction (building the rest needs a real model and a GPU).
 
+The same code drives each release line a series serves (v0.5.14, the
+v0.5.15 line, v0.5.16): what differs between them is looked up where it is
+used (``ServerArgs.override`` from v0.5.16 on; the published slot on
+``get_context()`` from v0.5.15 on, a module global of ``server_args`` in
+v0.5.14; DSPARK from v0.5.16 on), never from a version string.
+
 Used by ``test_draft_worker_matrix.py``; ``run_algorithm`` returns plain data.
 """
 
@@ -39,13 +45,16 @@ PLUGIN_ALGORITHM = "DRAFT_ISOLATION_PLUGIN"
 # Fields always reported, whether or not they changed.
 REPORTED_FIELDS = ("context_length", "load_format", "json_model_override_args")
 
-# Every place a 0.5.16 spec worker builds its draft TpModelWorker, under the
-# name it is imported as there. All of them are stubbed at once, so a draft
-# built through any of them is recorded; each case names the one it expects.
+# Every place a spec worker builds its draft TpModelWorker, under the name it
+# is imported as there. All of them a release has are stubbed at once, so a
+# draft built through any of them is recorded; each case names the one it
+# expects. DFLASH builds its own before v0.5.16, through
+# draft_worker_common.build_draft_tp_worker (also DSPARK's) from v0.5.16 on.
 _EAGLE_SITE = "sglang.srt.speculative.eagle_worker_v2.TpModelWorker"
 _STANDALONE_SITE = "sglang.srt.speculative.standalone_worker_v2.TpModelWorker"
 _MULTI_LAYER_SITE = "sglang.srt.speculative.multi_layer_eagle_worker_v2.TpModelWorker"
 _FROZEN_KV_SITE = "sglang.srt.speculative.frozen_kv_mtp_worker_v2.TpModelWorker"
+DFLASH_OWN_SITE = "sglang.srt.speculative.dflash_worker_v2.TpModelWorker"
 _DRAFT_COMMON_SITE = "sglang.srt.speculative.draft_worker_common.TpModelWorker"
 _TP_WORKER_SITE = "sglang.srt.managers.tp_worker.TpModelWorker"
 DRAFT_TP_WORKER_SITES = (
@@ -53,17 +62,55 @@ DRAFT_TP_WORKER_SITES = (
     _STANDALONE_SITE,
     _MULTI_LAYER_SITE,
     _FROZEN_KV_SITE,
+    DFLASH_OWN_SITE,
     _DRAFT_COMMON_SITE,
     _TP_WORKER_SITE,
 )
+
+
+def _has_draft_worker_common() -> bool:
+    import importlib.util
+
+    return (
+        importlib.util.find_spec("sglang.srt.speculative.draft_worker_common")
+        is not None
+    )
+
+
+def draft_tp_worker_sites():
+    """The sites of DRAFT_TP_WORKER_SITES this release has."""
+    import sglang.srt.speculative.dflash_worker_v2 as dflash_worker
+
+    sites = []
+    for site in DRAFT_TP_WORKER_SITES:
+        if site == _DRAFT_COMMON_SITE and not _has_draft_worker_common():
+            continue
+        if site == DFLASH_OWN_SITE and not hasattr(dflash_worker, "TpModelWorker"):
+            continue
+        sites.append(site)
+    return tuple(sites)
+
+
+def _dflash_site() -> str:
+    if _has_draft_worker_common():
+        return _DRAFT_COMMON_SITE
+    return DFLASH_OWN_SITE
+
+
+def has_algorithm(name: str) -> bool:
+    """Whether this release has algorithm ``name`` (a key of CASES)."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    return name != "DSPARK" or hasattr(SpeculativeAlgorithm, "DSPARK")
 
 
 @dataclasses.dataclass(frozen=True)
 class AlgorithmCase:
     name: str
     worker_class: str
-    # Where the draft TpModelWorker is constructed for this algorithm.
-    stub_site: str
+    # Where the draft TpModelWorker is constructed for this algorithm (a
+    # function of no arguments where that depends on the release).
+    stub_site: Any
     build: Callable[[Optional[str]], Any]
     how: str
 
@@ -156,7 +203,8 @@ def _build_dflash_family(algorithm: str, draft_load_format, **block_size):
     # DFLASH and DSPARK refuse to resolve off CUDA (their arg hooks check
     # device.startswith("cuda") first). So resolve the same target and draft
     # as a CPU-resolvable algorithm (STANDALONE), then switch the algorithm
-    # through ServerArgs.override and set what their hooks would have set:
+    # (through ServerArgs.override where the release has it, by assignment
+    # before v0.5.16) and set what their hooks would have set:
     # num_steps = topk = 1 and num_draft_tokens = the verify block
     # (DFLASH: block_size; DSPARK: gamma + 1). max_running_requests=48 and
     # enable_mixed_chunk=False already match from the STANDALONE resolution.
@@ -167,14 +215,18 @@ def _build_dflash_family(algorithm: str, draft_load_format, **block_size):
         speculative_num_steps=1,
         speculative_num_draft_tokens=2,
     )
-    server_args.override(
-        "test.draft_isolation_harness",
+    fields = dict(
         speculative_algorithm=algorithm,
         speculative_num_steps=1,
         speculative_eagle_topk=1,
         speculative_num_draft_tokens=4,
         **block_size,
     )
+    if hasattr(server_args, "override"):
+        server_args.override("test.draft_isolation_harness", **fields)
+    else:
+        for name, value in fields.items():
+            setattr(server_args, name, value)
     return server_args
 
 
@@ -237,7 +289,7 @@ CASES: Dict[str, AlgorithmCase] = {
         AlgorithmCase(
             "DFLASH",
             "DFlashWorkerV2",
-            _DRAFT_COMMON_SITE,
+            _dflash_site,
             _build_dflash,
             "STANDALONE resolved on CPU, then override(speculative_algorithm="
             "'DFLASH', steps=1, topk=1, block 4): DFLASH refuses non-CUDA",
@@ -280,25 +332,23 @@ class _PluginDraftWorker:
 
     record: Dict[str, Any] = {}
 
-    def __init__(self, server_args, gpu_id, ps, nccl_port, target_worker):
+    def __init__(self, server_args, target_worker, **parallel):
+        # ``parallel``: the ranks and port the scheduler hands every spec
+        # worker (gpu_id, ps, nccl_port from v0.5.16 on; each rank before).
         from sglang.srt.managers import tp_worker
 
         _PluginDraftWorker.record["worker_args"] = server_args
-        _PluginDraftWorker.record["worker_published"] = _published()
+        _PluginDraftWorker.record["worker_published"] = published_slot()
         self.server_args = server_args
         self.target_worker = target_worker
         self.draft_worker = tp_worker.TpModelWorker(
-            server_args=server_args,
-            gpu_id=gpu_id,
-            ps=ps,
-            nccl_port=nccl_port,
-            is_draft_worker=True,
+            server_args=server_args, is_draft_worker=True, **parallel
         )
 
 
 def _plugin_factory(server_args):
     _PluginDraftWorker.record["factory_args"] = server_args
-    _PluginDraftWorker.record["factory_published"] = _published()
+    _PluginDraftWorker.record["factory_published"] = published_slot()
     return _PluginDraftWorker
 
 
@@ -330,7 +380,8 @@ class FakeTargetWorker:
     """Stands in for the target TpModelWorker: what the scheduler and the
     spec workers read of the target before the draft TpModelWorker is built
     (model_runner.model_config.context_len / vocab_size, model_config,
-    device, get_memory_pool for FROZEN_KV_MTP)."""
+    device, get_memory_pool for FROZEN_KV_MTP, and before v0.5.15 its
+    model_runner.memory_pool_config.max_running_requests)."""
 
     def __init__(self, server_args, context_len: int = TARGET_CONTEXT_LEN):
         self.server_args = server_args
@@ -338,7 +389,11 @@ class FakeTargetWorker:
             context_len=context_len, vocab_size=VOCAB_SIZE
         )
         self.model_runner = SimpleNamespace(
-            model_config=self.model_config, server_args=server_args
+            model_config=self.model_config,
+            server_args=server_args,
+            memory_pool_config=SimpleNamespace(
+                max_running_requests=server_args.max_running_requests
+            ),
         )
         self.device = server_args.device
 
@@ -359,7 +414,13 @@ def make_scheduler(server_args, spec_algorithm=None, tp_worker=None):
         if spec_algorithm is not None
         else SpeculativeAlgorithm.from_string(server_args.speculative_algorithm)
     )
-    scheduler.ps = ParallelState.trivial()
+    # One rank of one: every size 1, every rank (and the GPU id) 0.
+    scheduler.ps = ParallelState(
+        **{
+            field.name: 1 if field.name.endswith("_size") else 0
+            for field in dataclasses.fields(ParallelState)
+        }
+    )
     scheduler.nccl_port = 29500
     scheduler.tp_worker = tp_worker or FakeTargetWorker(server_args)
     return scheduler
@@ -370,17 +431,26 @@ def make_scheduler(server_args, spec_algorithm=None, tp_worker=None):
 # --------------------------------------------------------------------------
 
 
-def _published():
-    """The raw published slot (None when empty; get_server_args() raises)."""
+def published_slot():
+    """The raw published slot (None when empty; get_server_args() raises):
+    on ``get_context()`` from v0.5.15 on, a module global before."""
+    from sglang.srt import server_args as server_args_module
     from sglang.srt.runtime_context import get_context
 
-    return get_context()._server_args
+    ctx = get_context()
+    if hasattr(ctx, "_server_args"):
+        return ctx._server_args
+    return server_args_module._global_server_args
 
 
-def capture_flag() -> bool:
+def capture_flag() -> Optional[bool]:
+    """The published capture flag (None before v0.5.15, which has no flags)."""
     from sglang.srt.runtime_context import get_context
 
-    return get_context().flags.capture.enable_torch_compile
+    ctx = get_context()
+    if not hasattr(ctx, "flags"):
+        return None
+    return ctx.flags.capture.enable_torch_compile
 
 
 class published_target:
@@ -392,18 +462,23 @@ class published_target:
         self.server_args = server_args
 
     def __enter__(self):
-        from sglang.srt.runtime_context import get_context
+        from sglang.srt.server_args import set_global_server_args_for_scheduler
 
-        ctx = get_context()
-        self._saved = (ctx._server_args, ctx.flags.capture.enable_torch_compile)
-        ctx.set_server_args(self.server_args)
+        self._saved = (published_slot(), capture_flag())
+        set_global_server_args_for_scheduler(self.server_args)
         return self.server_args
 
     def __exit__(self, *exc):
+        from sglang.srt import server_args as server_args_module
         from sglang.srt.runtime_context import get_context
 
         ctx = get_context()
-        ctx._server_args, ctx.flags.capture.enable_torch_compile = self._saved
+        published, capture = self._saved
+        if hasattr(ctx, "_server_args"):
+            ctx._server_args = published
+            ctx.flags.capture.enable_torch_compile = capture
+        else:
+            server_args_module._global_server_args = published
 
 
 # --------------------------------------------------------------------------
@@ -433,7 +508,7 @@ def _make_recorder(site: str, records: List[DraftConstruction]):
                 DraftConstruction(
                     site=site,
                     server_args=server_args,
-                    published=_published(),
+                    published=published_slot(),
                     capture_flag=capture_flag(),
                     kwargs=dict(kwargs),
                 )
@@ -448,13 +523,10 @@ class stubbed_draft_tp_worker:
     """Replace the draft TpModelWorker at every construction site; the
     entered value is the list of recorded constructions."""
 
-    def __init__(self, sites=DRAFT_TP_WORKER_SITES):
-        self.sites = sites
-
     def __enter__(self) -> List[DraftConstruction]:
         self.records: List[DraftConstruction] = []
         self._stack = ExitStack()
-        for site in self.sites:
+        for site in draft_tp_worker_sites():
             self._stack.enter_context(
                 mock.patch(site, _make_recorder(site, self.records))
             )
@@ -536,6 +608,9 @@ def run_algorithm(name: str, draft_load_format: Optional[str] = "dummy") -> dict
         stack.enter_context(published_target(target))
         records = stack.enter_context(stubbed_draft_tp_worker())
 
+        expected_site = case.stub_site
+        if callable(expected_site):
+            expected_site = expected_site()
         before = public_fields(target)
         capture_before = capture_flag()
         error = None
@@ -548,7 +623,7 @@ def run_algorithm(name: str, draft_load_format: Optional[str] = "dummy") -> dict
         else:
             error = "maybe_init_draft_worker returned without building a draft"
         after = public_fields(target)
-        published_after = _published()
+        published_after = published_slot()
         capture_after = capture_flag()
 
         changed = changed_fields(before, after)
@@ -560,7 +635,7 @@ def run_algorithm(name: str, draft_load_format: Optional[str] = "dummy") -> dict
             "speculative_algorithm": target.speculative_algorithm,
             "worker_class": case.worker_class,
             "how_built": case.how,
-            "expected_stub_site": case.stub_site,
+            "expected_stub_site": expected_site,
             "draft_load_format": draft_load_format,
             "target_context_len": TARGET_CONTEXT_LEN,
             "target_before": {f: _jsonable(before.get(f)) for f in reported},

@@ -24,12 +24,16 @@ after every step (the wrapped methods run unchanged).
 What is not stock (see ``_install_kernel_stand_ins`` and
 ``CPU_CONSTRUCTION_ENV``/``CPU_CONSTRUCTION_ARGS``):
 
-* a stand-in ``vllm._custom_ops`` module (the only test double), installed in
+* a stand-in ``vllm._custom_ops`` module, installed in
   ``sys.modules`` by the case subprocess before sglang is imported; it is
   declared, with the end-to-end tests' other CPU stand-ins, in
   ``test/backport/e2e/cpu_serving.py`` (``install_vllm_custom_ops_stand_in``);
 * ``SGLANG_USE_HND_KVCACHE=1`` (a stock sglang switch) so that the KV pools can
-  be allocated on CPU;
+  be allocated on CPU, and ``TRITON_INTERPRET=1`` (Triton's own) for v0.5.14,
+  whose pools run a Triton warm-up in either layout;
+* a no-op ``torch.cuda.synchronize`` (called before v0.5.16 when the draft
+  takes the target's embedding and head), declared with the other stand-ins
+  (``install_cuda_synchronize_stand_in``);
 * ``--speculative-draft-attention-backend triton`` (a stock flag) so that the
   draft's attention-backend objects can be constructed on CPU.
 
@@ -114,6 +118,10 @@ CPU_CONSTRUCTION_ENV = {
     # at allocation, and Triton has no CPU driver; the HND layout skips that
     # warm-up, so the target and draft pools can be allocated on CPU.
     "SGLANG_USE_HND_KVCACHE": "1",
+    # Triton's own switch: v0.5.14's pools run that warm-up in either layout,
+    # and under the interpreter it runs on CPU tensors (set before triton is
+    # imported: the case runner's environment).
+    "TRITON_INTERPRET": "1",
 }
 
 # Launcher flags of every case, besides the model and speculative flags.
@@ -133,18 +141,22 @@ CPU_CONSTRUCTION_ARGS = [
 
 
 def _install_kernel_stand_ins() -> None:
-    """Install the one test double of this module: ``vllm._custom_ops``.
+    """Install the two test doubles of this module: ``vllm._custom_ops`` and,
+    on a plain CPU, a no-op ``torch.cuda.synchronize``.
 
-    It is declared, with what it replaces and why, beside the other CPU
+    They are declared, with what they replace and why, beside the other CPU
     stand-ins in ``test/backport/e2e/cpu_serving.py``
-    (``install_vllm_custom_ops_stand_in``); on this construction path it is
-    imported by ``RotaryEmbedding.__init__`` and never called. Only called
+    (``install_vllm_custom_ops_stand_in``, ``install_cuda_synchronize_stand_in``);
+    on this construction path the first is imported by
+    ``RotaryEmbedding.__init__`` and never called, the second is called by
+    v0.5.14's and v0.5.15's ``LlamaForCausalLM.set_embed_and_head``. Only called
     inside a case subprocess, before sglang is imported; never a .pth file or
     sitecustomize.
     """
     import cpu_serving  # test/backport/e2e, on sys.path (above)
 
     cpu_serving.install_vllm_custom_ops_stand_in()
+    cpu_serving.install_cuda_synchronize_stand_in()
 
 
 def case_argv(
@@ -349,13 +361,18 @@ def _draft_runners(spec_worker) -> list:
     inner = spec_worker.draft_worker
     if hasattr(inner, "draft_runners"):
         return list(inner.draft_runners)
-    return [inner.model_runner]
+    if hasattr(inner, "model_runner"):
+        return [inner.model_runner]
+    # Before v0.5.16 the draft wrapper holds its TpModelWorker's runner.
+    return [inner.draft_runner]
 
 
-def _draft_load_observer(scheduler, result, published, get_context):
+def _draft_load_observer(scheduler, result):
     """A sys.setprofile function recording, at the first call of
     ``ModelRunner.load_model`` on a draft runner, the published config and
     the capture flag. Observation only: nothing is replaced or skipped."""
+    from draft_isolation_harness import capture_flag, published_slot
+
     from sglang.srt.model_executor.model_runner import ModelRunner
 
     load_model_code = ModelRunner.load_model.__code__
@@ -368,7 +385,7 @@ def _draft_load_observer(scheduler, result, published, get_context):
             return
         if "during_draft_load" in result:
             return
-        pub = published()
+        pub = published_slot()
         result["during_draft_load"] = {
             "published_is_target": pub is scheduler.server_args,
             "published_is_draft_runner_args": pub is runner.server_args,
@@ -378,9 +395,7 @@ def _draft_load_observer(scheduler, result, published, get_context):
             "draft_runner_args": {
                 k: getattr(runner.server_args, k) for k in KEY_FIELDS
             },
-            "capture_enable_torch_compile": bool(
-                get_context().flags.capture.enable_torch_compile
-            ),
+            "capture_enable_torch_compile": bool(capture_flag()),
         }
 
     return profiler
@@ -416,11 +431,16 @@ def _run_case_here(spec: dict) -> dict:
     """Body of a case process (forked by ``_cases_main`` after ``_preimport``)."""
     _install_kernel_stand_ins()  # installed already: a no-op
 
+    from draft_isolation_harness import capture_flag, published_slot
+
     import sglang
     import sglang.srt.server_args as server_args_module
     from sglang.srt.managers.scheduler import Scheduler
-    from sglang.srt.runtime_context import get_context, get_server_args
-    from sglang.srt.server_args import PortArgs, prepare_server_args
+    from sglang.srt.server_args import (
+        PortArgs,
+        get_global_server_args,
+        prepare_server_args,
+    )
 
     algorithm = spec["algorithm"]
     models = spec["models"]
@@ -444,21 +464,16 @@ def _run_case_here(spec: dict) -> dict:
     result["user_json_model_override_args"] = spec.get("json_model_override_args")
     result["target"]["resolved"] = public_fields(server_args)
 
-    def published():
-        # The raw slot: None when nothing is published (get_server_args raises).
-        return getattr(get_context(), "_server_args", None)
-
     def snapshot(stage: str, scheduler) -> None:
         target = scheduler.server_args
         result["stages"].append(stage)
         result["target"][stage] = public_fields(target)
-        pub = published()
+        pub = published_slot()
         result["published"][stage] = None if pub is None else public_fields(pub)
         result["published_is_target"][stage] = pub is target
-        # Seeded from the published object by RuntimeContext.set_server_args.
-        result["capture_enable_torch_compile"][stage] = bool(
-            get_context().flags.capture.enable_torch_compile
-        )
+        # Seeded from the published object by RuntimeContext.set_server_args
+        # (None before v0.5.15, which has no flags).
+        result["capture_enable_torch_compile"][stage] = bool(capture_flag())
 
     instances: list = []  # the scheduler, also when __init__ stops early
 
@@ -489,7 +504,7 @@ def _run_case_here(spec: dict) -> dict:
             # Observe (replace nothing) what is published when the draft's
             # ModelRunner.load_model starts: the model code it runs reads
             # get_server_args(). A profile hook sees the call and its frame.
-            profiler = _draft_load_observer(self, result, published, get_context)
+            profiler = _draft_load_observer(self, result)
             sys.setprofile(profiler)
             try:
                 super().maybe_init_draft_worker()
@@ -589,8 +604,10 @@ def _run_case_here(spec: dict) -> dict:
             param = dict(target_runner.model.named_parameters())[t_param]
             with torch.no_grad():
                 param.fill_(0.5)
-            held = get_server_args()
-            ok, message = target_runner.weight_updater.update_weights_from_disk(
+            held = get_global_server_args()
+            # ModelRunner's own method before v0.5.16.
+            updater = getattr(target_runner, "weight_updater", target_runner)
+            ok, message = updater.update_weights_from_disk(
                 held.model_path, held.load_format
             )
             result["reload"] = {

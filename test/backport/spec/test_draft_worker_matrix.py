@@ -92,6 +92,12 @@ class _DraftPublishedWhileBuilt:
             f"{self.ALGORITHM}: the target's config was the published one "
             "while the draft TpModelWorker was built",
         )
+        if draft["site"] == harness.DFLASH_OWN_SITE:
+            # DFLASH before v0.5.16: on v0.5.14 it builds its TpModelWorker
+            # from a copy of the config it was handed, which that worker's
+            # ModelRunner publishes itself; until then the handed one is.
+            self.assertEqual(draft["published_during"], draft["fields"])
+            return
         self.assertTrue(
             draft["published_during_is_draft"],
             f"{self.ALGORITHM}: the published config during the draft's "
@@ -293,6 +299,10 @@ class TestDFlashDraftConfig(
     ALGORITHM = "DFLASH"
 
 
+_NO_DSPARK = "this release has no DSPARK (it came in v0.5.16)"
+
+
+@unittest.skipUnless(harness.has_algorithm("DSPARK"), _NO_DSPARK)
 class TestDSparkDraftIsolation(
     _DraftCase, _TargetLeftAlone, _DraftPublishedWhileBuilt, CustomTestCase
 ):
@@ -300,6 +310,7 @@ class TestDSparkDraftIsolation(
     ALGORITHM = "DSPARK"
 
 
+@unittest.skipUnless(harness.has_algorithm("DSPARK"), _NO_DSPARK)
 class TestDSparkDraftConfig(
     _DraftCase, _DraftHandedItsOwnCopy, *_CONFIG_CHECKS, CustomTestCase
 ):
