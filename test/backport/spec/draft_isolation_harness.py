@@ -68,31 +68,25 @@ DRAFT_TP_WORKER_SITES = (
 )
 
 
-def _has_draft_worker_common() -> bool:
+def _site_exists(site: str) -> bool:
+    """Whether this release has ``site``: a module that holds that name."""
+    import importlib
     import importlib.util
 
-    return (
-        importlib.util.find_spec("sglang.srt.speculative.draft_worker_common")
-        is not None
-    )
+    module_name, name = site.rsplit(".", 1)
+    if importlib.util.find_spec(module_name) is None:
+        return False
+    return hasattr(importlib.import_module(module_name), name)
 
 
 def draft_tp_worker_sites():
     """The sites of DRAFT_TP_WORKER_SITES this release has."""
-    import sglang.srt.speculative.dflash_worker_v2 as dflash_worker
-
-    sites = []
-    for site in DRAFT_TP_WORKER_SITES:
-        if site == _DRAFT_COMMON_SITE and not _has_draft_worker_common():
-            continue
-        if site == DFLASH_OWN_SITE and not hasattr(dflash_worker, "TpModelWorker"):
-            continue
-        sites.append(site)
-    return tuple(sites)
+    return tuple(site for site in DRAFT_TP_WORKER_SITES if _site_exists(site))
 
 
 def _dflash_site() -> str:
-    if _has_draft_worker_common():
+    """Where DFLASH builds its draft TpModelWorker on this release."""
+    if _site_exists(_DRAFT_COMMON_SITE):
         return _DRAFT_COMMON_SITE
     return DFLASH_OWN_SITE
 
