@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import atexit
 import http.client
+import importlib.util
 import json
 import os
 import random
@@ -253,8 +254,6 @@ def install_speculative_kernel_stand_ins() -> bool:
     plain CPU; returns whether they were installed."""
     if not plain_cpu():
         return False
-    import importlib.util
-
     if importlib.util.find_spec("sglang.kernels") is None:
         # Before v0.5.16 these functions live elsewhere (v0.5.14 has no Triton
         # tree kernels at all); the servers of those lines here only start

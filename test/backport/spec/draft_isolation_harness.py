@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -70,9 +72,6 @@ DRAFT_TP_WORKER_SITES = (
 
 def _site_exists(site: str) -> bool:
     """Whether this release has ``site``: a module that holds that name."""
-    import importlib
-    import importlib.util
-
     module_name, name = site.rsplit(".", 1)
     if importlib.util.find_spec(module_name) is None:
         return False
