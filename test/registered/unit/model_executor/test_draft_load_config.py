@@ -1,16 +1,15 @@
-"""A draft ModelRunner's ``LoadConfig`` uses ``--speculative-draft-load-format``
-and the target's context length; the target's keeps its own load format, also
-once the draft is built, when EPLB reloads the target's weights from the
-published config. The draft ``TpModelWorker`` records the ``ServerArgs`` its
-``ModelRunner`` would load with.
+"""A draft ModelRunner loads with the draft's ``LoadConfig``; the target keeps its own.
+
+Regression: the scheduler wrote ``--speculative-draft-load-format`` onto the
+``ServerArgs`` the target worker and ``get_server_args()`` share, so once the
+draft was built, EPLB reloaded the target's weights with the draft's load
+format. The draft ``TpModelWorker`` stand-in records the ``ServerArgs`` its
+``ModelRunner`` would build its ``LoadConfig`` from, and stops there.
 """
 
-import tempfile
 import unittest
 from types import SimpleNamespace
 from unittest import mock
-
-from transformers import LlamaConfig
 
 from sglang.srt.distributed.parallel_state_wrapper import ParallelState
 from sglang.srt.managers.scheduler import Scheduler
@@ -18,7 +17,6 @@ from sglang.srt.model_executor.model_runner_components.load_model_utils import (
     build_load_config,
 )
 from sglang.srt.runtime_context import get_context, get_server_args
-from sglang.srt.server_args import ServerArgs
 from sglang.srt.speculative import draft_worker_common
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.test.ci.ci_register import register_cpu_ci
@@ -38,40 +36,21 @@ def _load_format(server_args):
 
 
 class _DraftBuilt(Exception):
-    pass
+    """Raised by the draft TpModelWorker stand-in once it has its config."""
 
 
 class TestDraftLoadConfig(CustomTestCase):
     def setUp(self):
-        tmp = tempfile.TemporaryDirectory()
-        self.addCleanup(tmp.cleanup)
-        for name, arch in (("t", "LlamaForCausalLM"), ("d", "LlamaForCausalLMEagle")):
-            LlamaConfig(
-                vocab_size=256,
-                hidden_size=64,
-                intermediate_size=128,
-                num_hidden_layers=1,
-                num_attention_heads=4,
-                architectures=[arch],
-            ).save_pretrained(f"{tmp.name}/{name}")
-        self.target = ServerArgs(
-            model_path=f"{tmp.name}/t",
-            device="cpu",
-            skip_tokenizer_init=True,
-            attention_backend="torch_native",
+        override = get_context().override_server_args(
             speculative_algorithm="EAGLE",
-            speculative_draft_model_path=f"{tmp.name}/d",
             speculative_num_steps=2,
             speculative_eagle_topk=1,
             speculative_num_draft_tokens=3,
             speculative_draft_load_format="dummy",
         )
+        self.target = override.install()
+        self.addCleanup(override.restore)
         self.model_config = SimpleNamespace(context_len=4096, vocab_size=256)
-        ctx = get_context()
-        saved = (ctx._server_args, ctx.flags.capture.enable_torch_compile)
-        self.addCleanup(setattr, ctx, "_server_args", saved[0])
-        self.addCleanup(setattr, ctx.flags.capture, "enable_torch_compile", saved[1])
-        ctx.set_server_args(self.target)
 
     def assert_load_formats_after(self, build_draft, tp_worker_site):
         built = []
@@ -97,12 +76,11 @@ class TestDraftLoadConfig(CustomTestCase):
         scheduler.spec_algorithm = SpeculativeAlgorithm.EAGLE
         scheduler.ps = ParallelState.trivial()
         scheduler.nccl_port = 12345
-        scheduler.tp_worker = SimpleNamespace(
-            model_config=self.model_config,
-            model_runner=SimpleNamespace(
-                server_args=self.target, model_config=self.model_config
-            ),
-        )
+        # A mock, so a scheduler that reads more of its target worker still runs.
+        scheduler.tp_worker = mock.Mock(name="target_worker")
+        scheduler.tp_worker.model_config = self.model_config
+        scheduler.tp_worker.model_runner.model_config = self.model_config
+        scheduler.tp_worker.model_runner.server_args = self.target
 
         self.assert_load_formats_after(
             scheduler.maybe_init_draft_worker,

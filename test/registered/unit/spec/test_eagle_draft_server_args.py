@@ -1,24 +1,24 @@
-"""The real EAGLE draft workers, built through the real
-``Scheduler.maybe_init_draft_worker`` with a stand-in draft ``TpModelWorker``,
-leave the target's ``ServerArgs`` alone, and the user's
-``--json-model-override-args`` on the draft's copy. What 0.5.16 shared through
-the one instance still reaches the target (adaptive speculative decoding's
-switches) or the draft (the mamba cache size the target resolves later).
+"""The real EAGLE draft workers leave the target's ``ServerArgs`` alone.
+
+Regression: ``EAGLEWorkerV2`` wrote the target's context length, and its
+hot-token map ``{"hot_vocab_size": N}`` over ``--json-model-override-args``,
+onto the ``ServerArgs`` the target worker and ``get_server_args()`` share. The
+workers are built through the real ``Scheduler.maybe_init_draft_worker`` with
+a stand-in draft ``TpModelWorker``. What 0.5.16 shared through the one instance
+still reaches the target (adaptive speculative decoding's switches) or the
+draft (the mamba cache size the target resolves later).
 """
 
-import shutil
 import tempfile
 import unittest
 from types import SimpleNamespace
 from unittest import mock
 
 import torch
-from transformers import LlamaConfig
 
 from sglang.srt.distributed.parallel_state_wrapper import ParallelState
 from sglang.srt.managers.scheduler import Scheduler
 from sglang.srt.runtime_context import get_context
-from sglang.srt.server_args import ServerArgs
 from sglang.srt.speculative.adaptive_runtime_state import SpecRuntimeState
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.test.ci.ci_register import register_cpu_ci
@@ -64,53 +64,30 @@ class _PoolSized(Exception):
 
 
 class _EagleDraftCase(CustomTestCase):
-    def setUp(self):
-        self.tmp = tmp = tempfile.mkdtemp()
-        self.addCleanup(shutil.rmtree, tmp)
-        for name, arch in (("t", "LlamaForCausalLM"), ("d", "LlamaForCausalLMEagle")):
-            LlamaConfig(
-                vocab_size=256,
-                hidden_size=64,
-                intermediate_size=128,
-                num_hidden_layers=1,
-                num_attention_heads=4,
-                architectures=[arch],
-            ).save_pretrained(f"{tmp}/{name}")
-        self.token_map = f"{tmp}/hot_token_map.pt"
-        torch.save(HOT_TOKENS, self.token_map)
-
-    def build_draft_worker(self, module="eagle_worker_v2", **kwargs):
-        """Publish a resolved target config and build its draft."""
-        self.target = ServerArgs(
-            model_path=f"{self.tmp}/t",
-            device="cpu",
-            skip_tokenizer_init=True,
-            attention_backend="torch_native",
+    def build_draft_worker(self, module="eagle_worker_v2", **fields):
+        """Publish a target config and build its draft through the scheduler."""
+        override = get_context().override_server_args(
             speculative_algorithm="EAGLE",
-            speculative_draft_model_path=f"{self.tmp}/d",
             speculative_num_steps=2,
             speculative_eagle_topk=1,
             speculative_num_draft_tokens=3,
-            **kwargs,
+            **fields,
         )
-        ctx = get_context()
-        saved = (ctx._server_args, ctx.flags.capture.enable_torch_compile)
-        self.addCleanup(setattr, ctx, "_server_args", saved[0])
-        self.addCleanup(setattr, ctx.flags.capture, "enable_torch_compile", saved[1])
-        ctx.set_server_args(self.target)
+        self.target = override.install()
+        self.addCleanup(override.restore)
 
-        model_config = SimpleNamespace(context_len=TARGET_CONTEXT_LEN, vocab_size=256)
+        # A mock, so a scheduler that reads more of its target worker still runs.
+        target_worker = mock.Mock(name="target_worker")
+        target_worker.model_config = target_worker.model_runner.model_config
+        target_worker.model_config.context_len = TARGET_CONTEXT_LEN
+        target_worker.model_config.vocab_size = 256
+        target_worker.model_runner.server_args = self.target
         scheduler = Scheduler.__new__(Scheduler)
         scheduler.server_args = self.target
         scheduler.spec_algorithm = SpeculativeAlgorithm.EAGLE
         scheduler.ps = ParallelState.trivial()
         scheduler.nccl_port = 12345
-        scheduler.tp_worker = SimpleNamespace(
-            model_config=model_config,
-            model_runner=SimpleNamespace(
-                server_args=self.target, model_config=model_config
-            ),
-        )
+        scheduler.tp_worker = target_worker
         with mock.patch(
             f"sglang.srt.speculative.{module}.TpModelWorker",
             _LoadedDraftTpModelWorker,
@@ -121,10 +98,13 @@ class _EagleDraftCase(CustomTestCase):
 
 class TestEagleDraftLeavesTheTargetAlone(_EagleDraftCase):
     def setUp(self):
-        super().setUp()
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        token_map = f"{tmp.name}/hot_token_map.pt"
+        torch.save(HOT_TOKENS, token_map)
         self.worker = self.build_draft_worker(
             speculative_draft_load_format="dummy",
-            speculative_token_map=self.token_map,
+            speculative_token_map=token_map,
             json_model_override_args=USER_OVERRIDES,
         )
         # Runs from alloc_memory_pool, after the draft model was built.
@@ -147,7 +127,6 @@ class TestEagleDraftLeavesTheTargetAlone(_EagleDraftCase):
 
 class TestAdaptiveSpecReachesTheTarget(_EagleDraftCase):
     def setUp(self):
-        super().setUp()
         self.worker = self.build_draft_worker()
         # Left by init_attention_backends / init_cuda_graphs in a real server.
         dw = self.worker.draft_worker
