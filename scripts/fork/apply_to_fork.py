@@ -6,28 +6,32 @@
 
 There is a series per release line: the *.patch files of each
 patches/vVERSION/ folder; each patch's Applies-To trailer names the releases
-its series serves. The tool picks the fork's line from its code: the
-blobs of the files the series change at HEAD, against each release's own files
-(.build/pristine for v0.5.16, .build/releases/vVERSION for the others) and the
-blobs the series write. Where no file is as a release or a series has it, a
-trial merge of each series decides: the fewest conflicting files, then the
-release whose files are the fewest lines from the fork's. A fork on a line with
-no series (v0.5.13 and older, or a release with no folder yet) is refused.
+its series serves. The tool picks the fork's line from the patches themselves,
+as b4 finds a series' base: the `index OLD..NEW` lines of each series name the
+blobs of the release's files and of what the series writes, and the tool
+compares them with the blobs of the fork's files at HEAD. Within a line that
+serves two releases, the fork's python/sglang/_version.py (which a wheel has)
+names the release. Where no file is as a release or a series has it, a trial
+merge of each series decides: the fewest conflicting files, then the most of
+the lines its hunks keep or delete found in the fork's files. A fork on a line
+with no series (v0.5.13 and older) is refused.
 
 Applying makes one commit per patch, as `git am -3 SERIES/*.patch` does. It
 reads the fork's code first: a fork that has the fix (this backport's, in any
 revision, or upstream's own) is left alone, and one that has part of it, or
-this backport's commits of another Backport-Revision, is refused. Where the
-fork's history lacks the release's copy of a file a patch changes, the
-release's copy is written into the fork's object store, so that the 3-way
-merge has its base.
+this backport's commits of another Backport-Revision, is refused. Where git
+needs the release's copy of a file that the fork's history lacks (the base of
+a 3-way merge), the tool takes it from the release's wheel, which pip
+downloads once into .build/wheels/, and writes only those blobs into the
+fork's object store. Without pip or the package index it refuses, naming the
+plain-git way: fetching upstream's release tag into the fork.
 
 Reverting makes a `git revert` of each commit with this backport's
 Backport-Of trailer, newest first: the way to v0.5.17.
 
 Both run git in a temporary worktree of HEAD first, name every conflict at
-once, and only then move the fork's branch, index and work tree to the
-trial's commits. A refusal changes nothing.
+once, and only then fast-forward the fork's branch to the trial's commits with
+`git merge --ff-only`. A refusal changes nothing.
 
 Exit status: 0 done, or nothing to do; 1 refused, nothing changed; 2 usage
 error; 3 a write failed and the fork could not be put back as it was.
@@ -35,7 +39,6 @@ Messages start with "apply:"; an error is one line on stderr, "apply: error:".
 """
 
 import argparse
-import collections
 import contextlib
 import os
 import re
@@ -44,6 +47,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
@@ -55,12 +59,13 @@ ROOT = TOOL.parents[2]  # this repository
 
 # The series: the *.patch files of each patches/vVERSION/ folder.
 SERIES_FOLDER = ROOT / "patches"
-# The releases' own files (the merge bases a fork's history may lack, and what
-# the fork's files are compared with): v0.5.16's in .build/pristine/sglang,
-# each other release's in .build/releases/vVERSION/sglang.
-PRISTINE = ROOT / ".build" / "pristine"
-PRISTINE_RELEASE = "v0.5.16"
-RELEASES = ROOT / ".build" / "releases"
+# The series that must be there: the line of the newest release with the bug.
+NEWEST_SERIES = "v0.5.16"
+# The releases' wheels, which pip downloads here once: where the merge bases a
+# fork's history lacks come from. scripts/dev/setup.sh fills it too.
+WHEEL_CACHE = ROOT / ".build" / "wheels"
+# The file of a wheel's package that says its version (git has none).
+VERSION_FILE = "python/sglang/_version.py"
 
 UPSTREAM_REPO = "https://github.com/sgl-project/sglang"
 BACKPORT_OF = "https://github.com/sgl-project/sglang/pull/33335"
@@ -345,6 +350,7 @@ class FileDiff:
     result_blob: str  # the blob it writes ("" without an index line)
     added_lines: set[str]  # the lines it adds that hold a word, stripped
     removed_lines: set[str]  # the lines it deletes that hold a word, stripped
+    kept_lines: set[str]  # its context lines that hold a word, stripped
 
 
 @dataclass
@@ -454,6 +460,35 @@ class Series:
                     paths.append(path)
         return paths
 
+    def first_diffs(self) -> dict[str, FileDiff]:
+        """Returns the first diff of each file under python/ the series changes:
+        the one whose index line names the release's own blob."""
+        diffs = {}
+        for patch in self.patches:
+            for diff in patch.diffs:
+                path = diff.old_path
+                if path.startswith("python/") and not diff.is_new:
+                    diffs.setdefault(path, diff)
+        return diffs
+
+    def released_blobs(self) -> dict[str, str]:
+        """Returns each file under python/ the series changes, and the blob of
+        the release's copy, as the series' index lines name it."""
+        blobs = {}
+        for path, diff in self.first_diffs().items():
+            if diff.base_blob:
+                blobs[path] = diff.base_blob
+        return blobs
+
+    def released_lines(self) -> set[tuple[str, str]]:
+        """Returns (file, line) for each line of the release's files that the
+        series' hunks keep or delete and that holds a word."""
+        lines = set()
+        for path, diff in self.first_diffs().items():
+            for line in diff.kept_lines | diff.removed_lines:
+                lines.add((path, line))
+        return lines
+
     def writes(self, path: str) -> set[str]:
         """Returns the blobs the series' patches write to path."""
         blobs = set()
@@ -483,13 +518,16 @@ def read_file_diff(section: str, patch_path: Path) -> FileDiff:
     blobs = re.search(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)", header, re.M)
     added_lines = set()
     removed_lines = set()
-    for line in hunks.splitlines():
-        if not re.search(r"\w", line[1:]):
+    kept_lines = set()
+    for line in hunks.splitlines()[1:]:  # after the first hunk's header
+        if line.startswith("@@") or not re.search(r"\w", line[1:]):
             continue
         if line.startswith("+"):
             added_lines.add(line[1:].strip())
         elif line.startswith("-"):
             removed_lines.add(line[1:].strip())
+        elif line.startswith(" "):
+            kept_lines.add(line[1:].strip())
     return FileDiff(
         old_path=paths[1],
         new_path=paths[2],
@@ -499,6 +537,7 @@ def read_file_diff(section: str, patch_path: Path) -> FileDiff:
         result_blob=blobs[2] if blobs else "",
         added_lines=added_lines,
         removed_lines=removed_lines,
+        kept_lines=kept_lines,
     )
 
 
@@ -586,10 +625,10 @@ def series_key(series: Series) -> tuple[int, ...]:
 
 def load_every_series() -> list[Series]:
     """Returns the series of each patches/v*/, oldest line first; that of
-    patches/v0.5.16/ (PRISTINE_RELEASE) must be there."""
-    every = [load_series(SERIES_FOLDER / PRISTINE_RELEASE)]
+    patches/v0.5.16/ (NEWEST_SERIES) must be there."""
+    every = [load_series(SERIES_FOLDER / NEWEST_SERIES)]
     for folder in sorted(SERIES_FOLDER.glob("v*")):
-        if folder.name == PRISTINE_RELEASE:
+        if folder.name == NEWEST_SERIES:
             continue
         if folder.is_dir() and any(folder.glob("*.patch")):
             every.append(load_series(folder))
@@ -952,51 +991,116 @@ def missing_merge_bases(fork: Fork, patches: list[Patch]) -> dict[str, str]:
     return missing
 
 
-def release_package(release: str) -> Path:
-    """Returns the folder that holds the release's sglang/ package."""
-    if release == PRISTINE_RELEASE:
-        return PRISTINE
-    return RELEASES / release
+# The merge bases a fork's history lacks: the release's wheel
 
 
-def release_copy(release: str, path: str) -> Optional[Path]:
-    """Returns the release's own copy of a fork's file, if it is unpacked here."""
-    if not path.startswith("python/sglang/"):
+def fetch_command(fork: Fork, release: str) -> str:
+    """Returns the printed plain-git way to the release's files: its tag's objects."""
+    return f"`{fork.cd} git fetch {UPSTREAM_REPO} {release}`"
+
+
+def cached_wheel(release: str) -> Optional[Path]:
+    """Returns the release's wheel in the cache, if pip (or the set-up) put it there."""
+    # v0.5.15 must not find v0.5.15.post1's: the name goes on with "-".
+    wheels = sorted(WHEEL_CACHE.glob(f"sglang-{release[1:]}-*.whl"))
+    if not wheels:
         return None
-    copy = release_package(release) / path[len("python/") :]
-    if not copy.is_file():
-        return None
-    return copy
+    return wheels[0]
 
 
-def blob_of(fork: Fork, path: Path) -> str:
-    """Returns the blob git would store for the file at path, as it is."""
-    return fork.output("hash-object --no-filters", path)
+def pip_download(release: str) -> subprocess.CompletedProcess:
+    """Runs pip, with the Python running this, to download the release's wheel.
+
+    No dependencies (only sglang's own files are read), a wheel only (an sdist
+    would be built), whatever Python the wheel asks for (none of it is run).
+    """
+    argv = [sys.executable, "-m", "pip", "download", "--no-deps"]
+    argv += ["--only-binary=:all:", "--ignore-requires-python"]
+    argv += ["--disable-pip-version-check", "--quiet"]
+    argv += ["--dest", str(WHEEL_CACHE), f"sglang=={release[1:]}"]
+    return subprocess.run(argv, capture_output=True, text=True, errors="replace")
+
+
+def pip_failed_message(
+    fork: Fork, release: str, missing: dict[str, str], said: str
+) -> str:
+    """Returns the refusal of a wheel pip could not download, with the git way."""
+    files = ", ".join(sorted(set(missing.values())))
+    lacks = f"the history of {fork.quoted} lacks {release}'s copy of {files}"
+    pip = f"pip could not download sglang=={release[1:]} into {quote(WHEEL_CACHE)}"
+    fetch = f"get them with git ({fetch_command(fork, release)}) and run this again"
+    message = f"{lacks}, which git needs to merge 3-way, and {pip}; {fetch}"
+    return f"{message}; {NOTHING_CHANGED}; pip said:{indented_below(said)}"
+
+
+def release_wheel(fork: Fork, release: str, missing: dict[str, str]) -> Path:
+    """Returns the release's wheel: the cached one, or one pip downloads now;
+    refuses, with the plain-git way, where pip cannot."""
+    wheel = cached_wheel(release)
+    if wheel is not None:
+        return wheel
+    count = len(set(missing.values()))
+    lacks = f"the fork's history lacks {release}'s copy of {count} file(s)"
+    say(f"{lacks}; downloading the sglang {release[1:]} wheel with pip")
+    run = pip_download(release)
+    wheel = cached_wheel(release)
+    if run.returncode != 0 or wheel is None:
+        said = run.stderr.strip() or run.stdout.strip() or "(nothing)"
+        raise Refused(pip_failed_message(fork, release, missing, said))
+    return wheel
+
+
+def unpack_merge_bases(
+    wheel: Path, missing: dict[str, str], folder: Path
+) -> dict[str, Path]:
+    """Unpacks the wheel's copy of each missing file into folder; returns them."""
+    copies = {}
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            names = set(archive.namelist())
+            for blob, path in missing.items():
+                member = path[len("python/") :]
+                if path.startswith("python/sglang/") and member in names:
+                    copies[blob] = Path(archive.extract(member, folder / blob))
+    except (OSError, zipfile.BadZipFile) as error:
+        remove = f"remove it (`rm {quote(wheel)}`) and run this again"
+        raise Refused(f"{quote(wheel)} is not a wheel ({error}); {remove}") from None
+    return copies
+
+
+def write_merge_bases(fork: Fork, copies: dict[str, Path]) -> set[str]:
+    """Writes each copy whose blob is the one a patch names into the fork's
+    object store (objects only); returns the blobs it wrote."""
+    if not copies:
+        return set()
+    ids = fork.output("hash-object --no-filters --", *copies.values()).split()
+    written = set()
+    for number, blob in enumerate(copies):
+        if ids[number].startswith(blob):
+            written.add(blob)
+    if written:
+        right = sorted(copies[blob] for blob in written)
+        fork.output("hash-object --no-filters -w --", *right)
+    return written
 
 
 def supply_merge_bases(
-    fork: Fork, series: Series, patches: list[Patch], quiet: bool = False
+    fork: Fork, series: Series, missing: dict[str, str]
 ) -> list[str]:
-    """Gives the fork the merge bases it lacks; returns the files still lacking one."""
-    suppliers = []
-    lacking = []
-    for blob, path in missing_merge_bases(fork, patches).items():
-        supplier = None
-        for release in series.releases:
-            copy = release_copy(release, path)
-            if copy is not None and blob_of(fork, copy).startswith(blob):
-                fork.output("hash-object --no-filters -w", copy)
-                supplier = release
-                break
-        if supplier is None:
-            lacking.append(path)
-        else:
-            suppliers.append(supplier)
-    if suppliers and not quiet:
-        releases = " and ".join(sorted(set(suppliers), key=version_key))
-        count = len(suppliers)
-        say(f"gave git {releases}'s {count} file(s) to merge 3-way (objects only)")
-    return lacking
+    """Gives the fork the series' merge bases it lacks, from the release's wheel;
+    returns the files still lacking one."""
+    # The series' index lines name the blobs of the release it was made on.
+    release = series.name
+    wheel = release_wheel(fork, release, missing)
+    with tempfile.TemporaryDirectory(prefix="sglang-backport-bases-") as folder:
+        copies = unpack_merge_bases(wheel, missing, Path(folder))
+        written = write_merge_bases(fork, copies)
+    if written:
+        given = f"gave git {release}'s {len(written)} file(s) to merge 3-way"
+        where = quote(wheel.relative_to(ROOT))
+        say(f"{given} (objects only), from {where}")
+    lacking = {path for blob, path in missing.items() if blob not in written}
+    return sorted(lacking)
 
 
 # The trial
@@ -1120,6 +1224,33 @@ def by_hand(fork: Fork, command: str, args: list[str]) -> str:
     return f"; {NOTHING_CHANGED}; to do it by hand: {hand}"
 
 
+def apply_trial(fork: Fork, patches: list[Patch]) -> Trial:
+    """Runs `git am -3` of the patches in a trial worktree; returns what it did."""
+    paths = []
+    for patch in patches:
+        paths += patch.changed + patch.created
+    return run_trial(fork, paths, "am -3", [str(patch.path) for patch in patches])
+
+
+def lacked_a_merge_base(trial: Trial) -> bool:
+    """Returns whether git am stopped in the trial for a merge base it lacks."""
+    return any(not stop.files for stop in trial.stops)
+
+
+def trial_with_merge_bases(
+    fork: Fork, series: Series, patches: list[Patch]
+) -> tuple[Trial, list[str]]:
+    """Runs the trial; where git stopped for a merge base the fork's history
+    lacks, gives the fork the bases and runs it again. Returns the trial and the
+    files still lacking a base."""
+    trial = apply_trial(fork, patches)
+    missing = missing_merge_bases(fork, patches)
+    if not missing or not lacked_a_merge_base(trial):
+        return trial, []
+    lacking = supply_merge_bases(fork, series, missing)
+    return apply_trial(fork, patches), lacking
+
+
 # Moving the fork
 
 
@@ -1131,43 +1262,11 @@ def snapshot(fork: Fork) -> list[str]:
     return views
 
 
-def paths_new_to_the_work_tree(fork: Fork, new_head: str) -> list[Path]:
-    """Returns the files new_head adds, and their folders, that the work tree lacks."""
-    names = fork.git("diff-tree -r -z --name-only --diff-filter=A", fork.head, new_head)
-    new = []
-    for name in names.stdout.split("\0"):
-        if not name:
-            continue
-        for path in [Path(name), *Path(name).parents]:
-            if not os.path.lexists(fork.top / path) and path not in new:
-                new.append(path)
-    return new
-
-
-def move_to(fork: Fork, new_head: str) -> Optional[str]:
-    """Moves index, work tree and branch to new_head; returns git's words on failure."""
-    step = fork.git("read-tree -m -u", fork.head, new_head)
-    if step.returncode != 0:
-        return f"git read-tree:{indented_below(step.stderr)}"
-    step = fork.git("update-ref -m apply_to_fork.py", fork.branch, new_head, fork.head)
-    if step.returncode != 0:
-        return f"git update-ref:{indented_below(step.stderr)}"
-    fork.git("update-ref ORIG_HEAD", fork.head)
-    return None
-
-
-def put_back(
-    fork: Fork, index: Path, saved_index: Optional[bytes], new: list[Path]
-) -> None:
-    """Puts the branch, the files, what git created and the index back as they were."""
-    fork.git("update-ref", fork.branch, fork.head)
-    fork.git("read-tree --reset -u", fork.head)
-    for path in sorted(new, reverse=True):  # a folder's files before the folder
-        with contextlib.suppress(OSError):
-            if (fork.top / path).is_dir():
-                os.rmdir(fork.top / path)
-            else:
-                os.unlink(fork.top / path)
+def put_back(fork: Fork, index: Path, saved_index: Optional[bytes]) -> None:
+    """Puts the files and the index back as at HEAD, which git did not move."""
+    # git merge moves the index and the work tree before the branch; where it
+    # could not move the branch, they go back, and the files it added with them.
+    fork.git("read-tree --reset -u HEAD")
     if saved_index is not None:
         index.write_bytes(saved_index)
 
@@ -1180,7 +1279,8 @@ def list_new_commits(fork: Fork, done: str) -> None:
 
 
 def fast_forward(fork: Fork, new_head: str, done: str) -> None:
-    """Moves the fork to new_head; refuses, with the fork put back, if git refuses."""
+    """Fast-forwards the fork to new_head with git merge --ff-only; refuses, with
+    the fork as it was, where git does not."""
     if fork.git("rev-parse HEAD").stdout.strip() != fork.head:
         raise Refused(f"HEAD of {fork.quoted} moved while this ran; run this again")
     before = snapshot(fork)
@@ -1188,43 +1288,37 @@ def fast_forward(fork: Fork, new_head: str, done: str) -> None:
     saved_index = None
     if index.exists():
         saved_index = index.read_bytes()
-    new = paths_new_to_the_work_tree(fork, new_head)
-    fork.git("update-index -q --refresh")
-    refused = move_to(fork, new_head)
-    if refused is None:
+    run = fork.git("merge --ff-only --no-stat", new_head)
+    if fork.git("rev-parse HEAD").stdout.strip() == new_head:
         list_new_commits(fork, done)
         return
-    put_back(fork, index, saved_index, new)
-    failed = f"writing into {fork.quoted} failed ({refused})"
+    said = f"git merge --ff-only:{indented_below(run.stdout + run.stderr)}"
+    if snapshot(fork) == before:
+        refused = f"git refused to move {fork.quoted} to the trial's commits"
+        raise Refused(f"{refused}; {NOTHING_CHANGED}; {said}")
+    put_back(fork, index, saved_index)
+    failed = f"writing into {fork.quoted} failed"
     if snapshot(fork) != before:
         get_back = f"get back: {fork.undo()}"
-        raise NotRestored(f"{failed}, and it could not be restored; {get_back}")
-    raise Refused(f"{failed}; it was restored as it was; {NOTHING_CHANGED}")
+        raise NotRestored(f"{failed}, and it could not be restored; {get_back}; {said}")
+    raise Refused(f"{failed}; it was restored as it was; {NOTHING_CHANGED}; {said}")
 
 
 # The fork's release line
 
 
 @dataclass
-class Release:
-    """A release the fork's files are compared with, and its series if it has one."""
-
-    name: str
-    series: Optional[Series]
-
-
-@dataclass
 class Line:
-    """How the fork's files compare with one release's, and with its series'."""
+    """How the fork's files compare with the blobs one series' index lines name."""
 
-    release: Release
-    paths: list[str]  # the files compared: those the release has
+    series: Series
+    paths: list[str]  # the files compared: those under python/ the series changes
     as_released: int = 0  # how many are the release's own
-    as_patched: int = 0  # how many are as the release's series writes them
+    as_patched: int = 0  # how many are as the series writes them
 
     @property
     def matches(self) -> int:
-        """Returns how many of the files are the release's or its series'."""
+        """Returns how many of the files are the release's or the series'."""
         return self.as_released + self.as_patched
 
     @property
@@ -1257,74 +1351,32 @@ def blobs_at_head(fork: Fork, paths: list[str]) -> dict[str, str]:
     return blobs
 
 
-def blobs_of_release(fork: Fork, release: str, paths: list[str]) -> dict[str, str]:
-    """Returns the blob of the release's own copy of each path it has here."""
-    copies = {}
-    for path in paths:
-        copy = release_copy(release, path)
-        if copy is not None:
-            copies[path] = copy
-    if not copies:
-        return {}
-    hashes = fork.output("hash-object --no-filters --", *copies.values()).split()
-    blobs = {}
-    for number, path in enumerate(copies):
-        blobs[path] = hashes[number]
-    return blobs
-
-
-def folder_key(folder: Path) -> tuple[int, ...]:
-    """Returns the sort key of a release's folder: that of its name."""
-    return version_key(folder.name)
-
-
-def known_releases(every: list[Series]) -> list[Release]:
-    """Returns each release a series serves, then each other one unpacked here."""
-    releases = []
-    names = set()
-    for series in every:
-        for name in series.releases:
-            if name not in names:
-                releases.append(Release(name, series))
-                names.add(name)
-    if RELEASES.is_dir():
-        for folder in sorted(RELEASES.glob("v*"), key=folder_key):
-            if folder.name not in names and (folder / "sglang").is_dir():
-                releases.append(Release(folder.name, None))
-                names.add(folder.name)
-    return releases
-
-
-def compare_with_release(
-    release: Release, head: dict[str, str], blobs: dict[str, str]
-) -> Line:
-    """Returns how the fork's blobs at HEAD compare with the release's and series'."""
-    line = Line(release=release, paths=list(blobs))
-    for path, blob in blobs.items():
+def compare_with_series(series: Series, head: dict[str, str]) -> Line:
+    """Returns how the fork's blobs at HEAD compare with those the series' index
+    lines name: the release's, and those the series writes."""
+    released = series.released_blobs()
+    line = Line(series=series, paths=list(released))
+    for path, blob in released.items():
         there = head.get(path, "")
-        if there == blob:
+        if not there:
+            continue
+        if there.startswith(blob):
             line.as_released += 1
-        elif there and release.series is not None:
-            for written in release.series.writes(path):
-                if there.startswith(written):
-                    line.as_patched += 1
-                    break
+        elif any(there.startswith(written) for written in series.writes(path)):
+            line.as_patched += 1
     return line
 
 
-def closest_release(fork: Fork, every: list[Series]) -> Optional[Line]:
-    """Returns the release whose files (or whose series') the fork's most are."""
+def closest_line(fork: Fork, every: list[Series]) -> Optional[Line]:
+    """Returns the line whose series' blobs the fork's files most are; None where
+    none of its files is one of them."""
     every_path = []
     for series in every:
         every_path += [path for path in series.changed if path not in every_path]
     head = blobs_at_head(fork, every_path)
     best = None
-    for release in known_releases(every):
-        paths = every_path
-        if release.series is not None:
-            paths = release.series.changed
-        blobs = blobs_of_release(fork, release.name, paths)
-        line = compare_with_release(release, head, blobs)
+    for series in every:
+        line = compare_with_series(series, head)
         if best is None or line.rank > best.rank:
             best = line
     if best is None or best.matches == 0:
@@ -1332,89 +1384,97 @@ def closest_release(fork: Fork, every: list[Series]) -> Optional[Line]:
     return best
 
 
+def version_of(fork: Fork) -> Optional[str]:
+    """Returns the release python/sglang/_version.py names, e.g. v0.5.15, if the
+    fork has the file (a wheel has it; upstream's git does not)."""
+    text = fork.git("show", f"{fork.head}:{VERSION_FILE}").stdout
+    version = re.search(r"^__version__\b.*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    if version is None:
+        return None
+    return f"v{version[1]}"
+
+
+def release_of(fork: Fork, series: Series, every_file_matches: bool) -> str:
+    """Returns the fork's release, or its line where the files cannot tell which
+    of the series' releases it is and _version.py does not say."""
+    version = version_of(fork)
+    if version in series.releases:
+        return version
+    if every_file_matches or len(series.releases) == 1:
+        return series.name
+    return line_name(series)
+
+
+def version_said(fork: Fork, series: Series) -> str:
+    """Returns what the message adds where _version.py names one of the releases
+    of a series that serves more than one: what it says, and those releases."""
+    version = version_of(fork)
+    if len(series.releases) == 1 or version not in series.releases:
+        return ""
+    serves = " and ".join(series.releases)
+    return f", and {VERSION_FILE} says {version[1:]} (the series serves {serves})"
+
+
 def line_message(fork: Fork, line: Line) -> str:
-    """Returns the message naming the fork's line and the files that tell it."""
-    series = line.release.series
-    release = line.release.name
+    """Returns the message naming the fork's line and the blobs that tell it."""
+    series = line.series
+    release = release_of(fork, series, line.matches == len(line.paths))
     of = f"of {len(line.paths)} files the {series.name} series changes"
-    if not line.as_released:
-        on = f"{fork.quoted} is on the {line_name(series)} line"
-        return f"{on}: {line.as_patched} {of} are as the series writes them"
-    message = f"{fork.quoted} is on the {release} line: {line.as_released} {of}"
-    message += f" are {release}'s as released"
+    found = f"{line.as_released} {of} are {series.name}'s as released"
     if line.as_patched:
-        message += f", {line.as_patched} as the series writes them"
-    return message
-
-
-def no_series_message(fork: Fork, line: Line, every: list[Series]) -> str:
-    """Returns the refusal of a fork on a line this backport has no series for."""
-    release = line.release.name
-    files = f"{line.as_released} of {len(line.paths)} files this backport changes"
-    on = f"{fork.quoted} is on the {release} line: {files} are {release}'s as released"
-    return f"{on}; {lines_with_a_series(every)}; {NOTHING_CHANGED}"
+        found += f", {line.as_patched} as the series writes them"
+    if not line.as_released:
+        found = f"{line.as_patched} {of} are as the series writes them"
+    by = "by the blobs its patches' index lines name"
+    on = f"{fork.quoted} is on the {release} line"
+    return f"{on}: {found} ({by}){version_said(fork, series)}"
 
 
 def conflicts_in_a_trial(fork: Fork, series: Series) -> int:
-    """Returns how many files conflict when the series' missing patches are tried."""
+    """Returns how many files conflict when the series' missing patches are tried,
+    each lacking merge base counting as one."""
     missing = survey_fork(fork, series).missing
     if not missing:
         return 0
-    supply_merge_bases(fork, series, missing, quiet=True)
-    paths = []
-    for patch in missing:
-        paths += patch.changed + patch.created
-    trial = run_trial(fork, paths, "am -3", [str(patch.path) for patch in missing])
     conflicts = 0
-    for stop in trial.stops:
+    for stop in apply_trial(fork, missing).stops:
         conflicts += max(len(stop.files), 1)  # no files: a merge base is lacking
     return conflicts
 
 
-def lines_apart(ours: str, theirs: str) -> int:
-    """Returns how many lines one text has that the other lacks, counted both ways."""
-    our_lines = collections.Counter(ours.splitlines())
-    their_lines = collections.Counter(theirs.splitlines())
-    return sum((our_lines - their_lines).values()) + sum(
-        (their_lines - our_lines).values()
-    )
-
-
-def nearest_release(fork: Fork, series: Series) -> tuple[int, str]:
-    """Returns how many lines the fork's files are from the series' nearest release,
-    and that release."""
+def released_lines_there(fork: Fork, series: Series) -> tuple[int, int]:
+    """Returns how many of the lines the series' hunks keep or delete the fork's
+    files have, and how many there are."""
+    wanted = series.released_lines()
     texts = file_texts(fork, fork.head, series.changed)
-    nearest = None
-    for release in series.releases:
-        apart = 0
-        for path, text in texts.items():
-            copy = release_copy(release, path)
-            release_text = ""
-            if copy is not None:
-                release_text = copy.read_text(encoding="utf-8", errors="replace")
-            apart += lines_apart(text, release_text)
-        if nearest is None or apart < nearest[0]:
-            nearest = (apart, release)
-    return nearest
+    there = set()
+    for path, text in texts.items():
+        for line in text.splitlines():
+            there.add((path, line.strip()))
+    return len(wanted & there), len(wanted)
 
 
 def chosen_by_trial(fork: Fork, every: list[Series]) -> Series:
-    """Returns the series that conflicts least in a trial, of those the nearest."""
+    """Returns the series that conflicts least in a trial, of those the fork has
+    the most of the lines their hunks keep or delete."""
     chosen = None
     for series in every:
         conflicts = conflicts_in_a_trial(fork, series)
-        apart, release = nearest_release(fork, series)
-        rank = (conflicts, apart)
+        there, lines = released_lines_there(fork, series)
+        rank = (conflicts, -there / max(lines, 1))
         if chosen is None or rank < chosen[0]:
-            chosen = (rank, series, release)
-    (conflicts, apart), series, release = chosen
+            chosen = (rank, series, there, lines)
+    (conflicts, _), series, there, lines = chosen
     how = f"the {series.name} series applies"
     if conflicts:
         how = f"the {series.name} series conflicts in the fewest files, {conflicts}"
-    how += f"; the fork's files are {apart} lines from {release}'s"
+    how += f"; the fork's files have {there} of the {lines} lines its hunks keep"
+    how += " or delete"
+    release = release_of(fork, series, every_file_matches=False)
     on = f"{fork.quoted} is closest to the {release} line"
-    none = "no file the series change is as a release or a series has it"
-    say(f"{on}: {none}; chosen by a trial merge ({how})")
+    none = "none of the files the series change is as a release or a series has it"
+    by = "by the blobs their index lines name"
+    say(f"{on}: {none} ({by}); chosen by a trial merge ({how})")
     return series
 
 
@@ -1443,24 +1503,14 @@ def has_upstreams_fix_alone(fork: Fork, every: list[Series]) -> bool:
 def choose_series(fork: Fork, every: list[Series]) -> Series:
     """Returns the series of the fork's line, having said which and why."""
     refuse_a_line_before_the_series(fork, every)
-    line = closest_release(fork, every)
+    line = closest_line(fork, every)
     if line is None:
         return chosen_by_trial(fork, every)
-    if line.release.series is None:
-        raise Refused(no_series_message(fork, line, every))
     say(line_message(fork, line))
-    return line.release.series
+    return line.series
 
 
 # Applying
-
-
-def setup_command(release: str) -> str:
-    """Returns the printed command that unpacks the release's files here."""
-    setup = f"bash {quote(ROOT / 'scripts/dev/setup.sh')}"
-    if release == PRISTINE_RELEASE:
-        setup += " --pristine-only"
-    return f"`{setup}`"
 
 
 def apply_conflicts_message(
@@ -1470,9 +1520,7 @@ def apply_conflicts_message(
     message = f"the series does not apply to {fork.quoted}, not even with a 3-way merge"
     no_base = f"no {series.name} base"
     if lacking:
-        setup = setup_command(series.name)
-        fetch = f"`{fork.cd} git fetch {UPSTREAM_REPO} {series.name}`"
-        message += f" (for {no_base}: run {setup} or {fetch})"
+        message += f" (for {no_base}: {fetch_command(fork, series.name)})"
     for stop in trial.stops:
         patch = patches[int(stop.step) - 1]
         reasons = stop.files
@@ -1504,11 +1552,7 @@ def apply(fork_path: str) -> int:
     patches = patches_to_apply(fork, series)
     if not patches:
         return 0
-    lacking = supply_merge_bases(fork, series, patches)
-    paths = []
-    for patch in patches:
-        paths += patch.changed + patch.created
-    trial = run_trial(fork, paths, "am -3", [str(patch.path) for patch in patches])
+    trial, lacking = trial_with_merge_bases(fork, series, patches)
     if trial.stops:
         raise Refused(apply_conflicts_message(fork, series, patches, lacking, trial))
     count = f"{len(patches)} of the {len(series.patches)} patches"
