@@ -1,7 +1,7 @@
 r"""scripts/fork/apply_to_fork.py on real git repositories.
 
-There is a test for each row of the tool's message table (README.md, "The apply
-tool"), and tests for the way to v0.5.17. Every refusal must leave the fork as
+There is a test for each row of the apply tool's message table, and tests for
+the way to v0.5.17. Every refusal must leave the fork as
 it was: HEAD, branch, index, every file (untracked ones too), stash and
 worktrees (``snapshot``).
 
@@ -9,8 +9,9 @@ The repositories, oldest commit first. The release, made once for the module
 from .build/pristine (``release_repository``)::
 
     A  "sglang 0.5.16"                                   <- main, tag v0.5.16
-       python/sglang/: the files the series changes, __init__.py, version.py
-       and srt/model_executor/model_runner.py (with full=True: the whole package)
+       python/sglang/: the files the series changes, __init__.py, version.py,
+       _version.py and srt/model_executor/model_runner.py (with full=True: the
+       whole package)
 
 A fork is a clone of it, plus the commits a test makes (``fork_of_the_release``);
 the series comes by the tool or by ``git am``::
@@ -45,9 +46,6 @@ series changes, and forks cloned from it::
 
     R  "sglang VERSION"                                  <- main, tag vVERSION
 
-A release repository holds python/sglang/_version.py, as a fork made from the
-wheel does (upstream's git has none).
-
 A fresh clone of this repository (``fresh_clone``) is a copy of its scripts/
 and patches/, without .build/: what a fork maintainer has. pip runs with no
 configuration and the package index refused (``PIP_NO_INDEX``); a test that
@@ -80,7 +78,6 @@ LINE_SERIES = sorted((ROOT / "patches" / "v0.5.15.post1").glob("*.patch"))
 EVERY_SERIES = sorted((ROOT / "patches").glob("v*/*.patch"))
 PRISTINE = ROOT / ".build" / "pristine"
 RELEASES = ROOT / ".build" / "releases"
-RELEASE_LINE = ("v0.5.15", "v0.5.15.post1")  # the releases LINE_SERIES serves
 WHEELS = ROOT / ".build" / "wheels"
 # pip's settings where the package index serves the wheels setup.sh downloaded.
 WHEEL_INDEX = {"PIP_FIND_LINKS": str(WHEELS)}
