@@ -107,12 +107,14 @@ GIT_LOCATION_VARIABLES = {
     "GIT_NAMESPACE",
 }
 # Every git command runs with these: messages in English (the tool reads some),
-# no prompt, no lock taken only to refresh the index, no editor.
+# no prompt, no lock taken only to refresh the index, no editor, and the
+# tool's name in the reflog ("apply_to_fork.py: Fast-forward").
 GIT_SETTINGS = {
     "LC_ALL": "C",
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_OPTIONAL_LOCKS": "0",
     "GIT_EDITOR": ":",
+    "GIT_REFLOG_ACTION": "apply_to_fork.py",
 }
 # A trial leaves only objects behind: no gc, no rerere cache, and no hooks
 # when it resumes past a conflict.

@@ -503,6 +503,9 @@ class TestApplying(ForkCase):
         self.assertEqual(git(fork, "symbolic-ref", "--short", "HEAD"), "my-fork")
         self.assertEqual(git(fork, "rev-parse", "ORIG_HEAD"), start)
         self.assertIn(f"git reset --hard {start[:12]}", run.stdout)
+        # git made the move, and its reflog names the tool.
+        moved = git(fork, "reflog", "-1", "--format=%gs", "my-fork")
+        self.assertEqual(moved, "apply_to_fork.py: Fast-forward")
         am(by_hand, SERIES)
         for args in (["log", "--format=%an %ae %B", f"{start}.."], ["write-tree"]):
             self.assertEqual(git(fork, *args), git(by_hand, *args))
