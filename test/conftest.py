@@ -18,6 +18,8 @@ SHIPPED_REGRESSION_TESTS = (
     "::TestEagleDraftLeavesTheTargetAlone",
     "test/registered/unit/model_executor/test_draft_load_config.py"
     "::TestDraftLoadConfig",
+    "test/registered/unit/test_server_args_write_sites_ratchet.py"
+    "::TestServerArgsWriteSitesRatchet",
 )
 
 

@@ -54,15 +54,14 @@ sglang_series() {
 }
 
 # The files of this repository that a shipped-files patch adds: the ratchet
-# patch takes scripts/ratchet/ and the shipped ratchet test, the tests patch
-# every other file under test/registered/unit/. This repository's ratchet
-# baseline (the patched install's sites) stays here: a fork's baseline is its
-# own tree at the commit that added the ratchet.
+# patch takes scripts/ratchet/ and the shipped ratchet test (whose pin is the
+# patched 0.5.16's draft side), the tests patch every other file under
+# test/registered/unit/.
 shipped_files() {
     local files
     files=$(git ls-files --cached --others --exclude-standard -- \
         test/registered/unit scripts/ratchet |
-        grep -v -e '__pycache__' -e '^scripts/ratchet/baseline.txt$' | sort -u)
+        grep -v '__pycache__' | sort -u)
     if grep -q '^diff --git a/scripts/ratchet/' "$1"; then
         grep -e '^scripts/ratchet/' -e '^test/registered/unit/.*ratchet' <<<"$files" || true
     else

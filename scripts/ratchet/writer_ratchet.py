@@ -1,10 +1,17 @@
 #!/usr/bin/env python3
-"""Writer ratchet: fail when the number of writes onto a ServerArgs changes.
+"""Find the places in an sglang tree that write onto a ServerArgs.
 
-In sglang 0.5.16 the scheduler, the target worker and get_server_args() share
-one ServerArgs, so what one of them writes onto it, the others read. This
-script counts the places in an sglang tree that write onto a ServerArgs and
-fails when the count is not the baseline's, so that no new write goes unseen.
+In a scheduler process the scheduler, the target worker and get_server_args()
+share one ServerArgs, so what one of them writes onto it, the others read.
+That is how the speculative draft workers' values (load_format,
+context_length, json_model_override_args) reached the target. Each draft is
+now built from its own copy, and test/registered/unit/
+test_server_args_write_sites_ratchet.py pins, with this module, the writes
+left on the draft side, so that a new one fails CI, named by file and line.
+
+The draft side is every module under srt/speculative/ and the functions
+elsewhere that build the draft or give it values (DRAFT_SIDE_FUNCTIONS).
+Writes anywhere else are the target's business and are not pinned there.
 
 A write is R.override(...) (also args.override, sa.override), R.field = ...,
 R.field += ..., del R.field (also in a tuple, or as a for or with target),
@@ -18,53 +25,43 @@ where R is a ServerArgs, which here means:
     its function or in a function or module around it, unless a parameter
     hides it;
   - never self.
-Three of the 75 writes of sglang 0.5.16 as released (--list shows them all):
+Each file is parsed whole with ast, so comments, strings and layout never
+count. A site is its file, its function and its write less the values, so a
+moved line or an edited value is the same site.
 
-    srt/managers/scheduler.py, in Scheduler.maybe_init_draft_worker:
-        self.server_args.override("scheduler.draft_load_format", load_format=...)
-    srt/disaggregation/encode_server.py, in run_dp_worker:
-        args = copy.deepcopy(server_args)
-        args.base_gpu_id = gpu_id
-    srt/model_executor/model_runner_components/load_model_utils.py:
-        declare_load_time_override("ModelRunner._sm80_dtype_fallback", {...})
+    python3 scripts/ratchet/writer_ratchet.py           # the draft side's writes
+    python3 scripts/ratchet/writer_ratchet.py --all     # every write in the package
 
-Each .py file whose text names server_args, ServerArgs or override is parsed
-whole with ast, so comments, strings and layout never count; srt/arg_groups/
-(the resolution pipeline) and multimodal_gen/ (another ServerArgs) are not
-scanned. A site is its file, its function and its write less the values, so a
-moved line or an edited value is no new site.
-
-It scans --root, else python/sglang of the checkout holding this script, else
-the installed sglang. It compares with --baseline, else baseline.txt beside
-this script, else the same tree at the git commit that added this script (so a
-fork needs no step after git am).
-
-When it fails it lists the new sites as file:line: code  [kind in function].
-Give the component its own copy of the ServerArgs, or pass it the value. If
-the change is reviewed and meant (a lower count fails too), record it with
---update and commit scripts/ratchet/baseline.txt. Exit status: 0 the count is
-the baseline's, 1 it changed, 2 bad input (one line; nothing is written).
+It scans PACKAGE, else python/sglang of the checkout holding this script, else
+the installed sglang, and prints each site as file:line: code  [kind in
+function]. Exit status: 0 listed, 2 bad input (one line on stderr).
 """
 
 import ast
 import importlib.util
 import os
 import re
-import shlex
-import subprocess
 import sys
-import warnings
-from argparse import ArgumentParser, Namespace, RawDescriptionHelpFormatter
+from argparse import ArgumentParser, RawDescriptionHelpFormatter
 from collections import Counter
 from typing import NamedTuple
 
-SCRIPT_PATH = os.path.realpath(__file__)
-CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(SCRIPT_PATH)))
-SCRIPT = os.path.relpath(SCRIPT_PATH, CHECKOUT)  # scripts/ratchet/writer_ratchet.py
-DEFAULT_BASELINE = os.path.join(os.path.dirname(SCRIPT_PATH), "baseline.txt")
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+# The draft side: every module under this folder of the package, and these
+# functions of other modules (the scheduler's draft construction and the copy
+# the draft is built from).
+DRAFT_SIDE_FOLDER = "srt/speculative/"
+DRAFT_SIDE_FUNCTIONS = {
+    "srt/managers/scheduler.py": (
+        "Scheduler.maybe_init_draft_worker",
+        "Scheduler.init_all_attention_backends",
+    ),
+    "srt/server_args.py": ("draft_server_args_copy",),
+}
 # A file is parsed if its text holds one of these.
 MENTIONS = (b"server_args", b"ServerArgs", b"override")
-# Folders of the package (with a trailing /) whose files are not scanned.
+# Folders of the package (with a trailing /) whose files are not scanned:
+# the resolution pipeline, and multimodal_gen's own ServerArgs.
 NOT_SCANNED = re.compile(
     r"srt/arg_groups/|multimodal_gen/|(.*/)?(__pycache__|\.[^/]*)/"
 )
@@ -83,13 +80,12 @@ ASSIGNMENTS = {ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete, ast.NamedEx
 KEPT = {ast.Call, *ASSIGNMENTS, ast.For, ast.AsyncFor, ast.withitem, *SCOPES}
 NOT_ENTERED = {*SCOPES, ast.Name, ast.Constant, ast.Load, ast.Store, ast.Del}
 LONGEST_CODE = 160
-BASELINE_HEADER = re.compile(r"# writer_ratchet\.py baseline: (\d+) sites in ")
 
 SiteKey = tuple[str, str, str]  # file, function, write
 
 
 class BadInput(Exception):
-    """Bad input: the check stops with this one line and writes nothing."""
+    """Bad input: the scan stops with this one line."""
 
 
 class Site(NamedTuple):
@@ -109,21 +105,6 @@ class Scan(NamedTuple):
     sites: list[Site]  # by file, line and write
     files: int  # the .py files scanned
     parsed: int  # those that name a ServerArgs, which were parsed
-
-
-class Tree(NamedTuple):
-    """The package directory to scan."""
-
-    root: str
-    about: str  # how the report names it
-    in_checkout: bool  # whether it is python/sglang of this script's checkout
-
-
-class Baseline(NamedTuple):
-    """The sites a check compares with."""
-
-    keys: list[SiteKey]
-    source: str  # how the report names it
 
 
 def site_key(site: Site) -> SiteKey:
@@ -487,131 +468,47 @@ def scan(root: str) -> Scan:
     return Scan(sites, len(files), parsed)
 
 
-def installed_sglang() -> str | None:
-    """The directory of the sglang that import sglang finds, if any."""
-    spec = importlib.util.find_spec("sglang")
-    if spec is None or not spec.origin:
-        return None
-    return os.path.dirname(spec.origin)
+def on_draft_side(file: str, function: str) -> bool:
+    """Whether a site in this file and function (or a def inside it) is on the
+    draft side."""
+    if file.startswith(DRAFT_SIDE_FOLDER):
+        return True
+    for draft_function in DRAFT_SIDE_FUNCTIONS.get(file, ()):
+        if function == draft_function or function.startswith(draft_function + "."):
+            return True
+    return False
 
 
-def resolve_tree(root: str | None) -> Tree:
-    """The tree to scan: --root, else the checkout's, else the installed one."""
-    checkouts = os.path.join(CHECKOUT, "python", "sglang")
-    about = ""
-    if root is None and os.path.isdir(checkouts):
-        root = checkouts
-    elif root is None:
-        root = installed_sglang()
-        if root is None:
-            raise BadInput(
-                f"no {shown(checkouts)} and no sglang installed; pass --root"
-            )
-        about = " (the installed sglang)"
-    package = os.path.realpath(root)
-    if not os.path.isdir(package):
-        raise BadInput(
-            f"--root {root} is not a directory; pass the sglang package directory"
-        )
-    if package == checkouts:
-        about = f" (the checkout {shown(CHECKOUT)})"
-    return Tree(package, shown(package) + about, package == checkouts)
+def draft_side_sites(root: str) -> list[Site]:
+    """The sites on the draft side of the package directory root.
+
+    Only the draft side's files are read: the speculative folder and the
+    modules of DRAFT_SIDE_FUNCTIONS that the package has.
+    """
+    if not os.path.isdir(root):
+        raise BadInput(f"{root} is not a directory; pass the sglang package")
+    folder = os.path.join(root, DRAFT_SIDE_FOLDER)
+    files = [DRAFT_SIDE_FOLDER + file for file in python_files(folder)]
+    files += [
+        file
+        for file in DRAFT_SIDE_FUNCTIONS
+        if os.path.isfile(os.path.join(root, file))
+    ]
+    sites = []
+    for file in files:
+        path = os.path.join(root, file)
+        with open(path, "rb") as source:
+            data = source.read()
+        if mentions_server_args(data):
+            found = file_sites(file, data, shown(path))
+            sites += [site for site in found if on_draft_side(site.file, site.function)]
+    sites.sort(key=lambda site: (site.file, site.line, site.write))
+    return sites
 
 
-def git(folder: str, *args: str) -> str | None:
-    """The output of a git command run in folder; None if it fails."""
-    result = subprocess.run(["git", "-C", folder, *args], capture_output=True)
-    if result.returncode != 0:
-        return None
-    return os.fsdecode(result.stdout)
-
-
-def git_paths(root: str, command: list[str], commit: str) -> set[str]:
-    """The paths under root that git ls-tree or git diff lists for a commit."""
-    output = git(root, *command, "-z", "--name-only", commit)
-    if not output:
-        return set()
-    return set(output.split("\0")[:-1])
-
-
-def sites_at_ratchet_commit(tree: Tree, sites: list[Site]) -> Baseline:
-    """The tree's sites at the git commit that added this script."""
-    added = ["log", "-1", "--diff-filter=A", "--format=%H %h %D", "--", SCRIPT_PATH]
-    log = git(tree.root, *added)
-    if not log:
-        raise BadInput(
-            f"no baseline for {tree.about}: no git commit added {SCRIPT}; "
-            "record one with --update"
-        )
-    words = log.split()  # full hash, short hash, ref names
-    commit = words[0]
-    short = words[1]
-    if "grafted" in log:  # the first commit of a shallow clone
-        raise BadInput(
-            f"{shown(CHECKOUT)} is a shallow clone cut at {short}, the commit that "
-            f"added {SCRIPT}: git fetch --unshallow"
-        )
-    # Files unchanged since keep the sites just found; changed ones are parsed
-    # as they were then.
-    tracked = git_paths(tree.root, ["ls-tree", "-r"], commit)
-    changed = git_paths(tree.root, ["diff", "--relative", "--no-renames"], commit)
-    keys = [site_key(site) for site in sites if site.file in tracked - changed]
-    for file in sorted(tracked & changed):
-        if file.endswith(".py") and not NOT_SCANNED.match(file):
-            data = os.fsencode(git(tree.root, "show", f"{commit}:./{file}") or "")
-            if mentions_server_args(data):
-                then = file_sites(file, data, f"{file} at {short}")
-                keys += [site_key(site) for site in then]
-    return Baseline(keys, f"{short}, the commit that added {SCRIPT}")
-
-
-def read_baseline(path: str) -> list[SiteKey]:
-    """The key of each site a baseline file records."""
-    try:
-        with open(path, encoding="utf-8") as baseline:
-            lines = baseline.read().splitlines()
-    except (OSError, ValueError) as error:  # missing, or not UTF-8
-        raise BadInput(
-            f"cannot read {shown(path)} ({error}); record it with --update"
-        ) from error
-    header = None
-    if lines:
-        header = BASELINE_HEADER.match(lines[0])
-    rows = [line.split("\t") for line in lines[1:]]
-    if header is None or int(header[1]) != len(rows):
-        raise BadInput(f"baseline {shown(path)} is corrupt; redo it with --update")
-    if any(len(row) != 5 for row in rows):
-        raise BadInput(f"baseline {shown(path)} is corrupt; redo it with --update")
-    return [(row[0], row[1], row[4]) for row in rows]
-
-
-def is_writable(path: str) -> bool:
-    """Whether path has a write bit and may be written (root needs no bit)."""
-    return bool(os.stat(path).st_mode & 0o222) and os.access(path, os.W_OK)
-
-
-def write_baseline(path: str, about: str, sites: list[Site]) -> None:
-    """Record sites in the baseline file at path."""
-    for target in (path, os.path.dirname(path) or "."):
-        if os.path.exists(target) and not is_writable(target):
-            raise BadInput(f"{shown(target)} is read-only; chmod u+w it")
-    columns = "file, function, kind, line (not compared), write"
-    lines = [f"# writer_ratchet.py baseline: {len(sites)} sites in {about}; {columns}"]
-    for site in sites:
-        row = [site.file, site.function, site.kind, str(site.line), site.write]
-        lines.append("\t".join(row))
-    try:
-        with open(path, "w", encoding="utf-8") as baseline:
-            baseline.write("\n".join(lines) + "\n")
-    except OSError as error:
-        raise BadInput(
-            f"cannot write {shown(path)} ({error.strerror}); pass --baseline"
-        ) from error
-
-
-def new_sites(sites: list[Site], baseline: list[SiteKey]) -> list[Site]:
-    """The sites beyond the baseline's: of a key n times more, the last n."""
-    extra = Counter(site_key(site) for site in sites) - Counter(baseline)
+def new_sites(sites: list[Site], pinned: list[SiteKey]) -> list[Site]:
+    """The sites beyond the pinned ones: of a key n times more, the last n."""
+    extra = Counter(site_key(site) for site in sites) - Counter(pinned)
     new = []
     for site in reversed(sites):
         if extra[site_key(site)] > 0:
@@ -621,88 +518,58 @@ def new_sites(sites: list[Site], baseline: list[SiteKey]) -> list[Site]:
     return new
 
 
-def site_line(tree: Tree, site: Site) -> str:
-    """A site as the report shows it: file:line: code  [kind in function]."""
-    path = shown(os.path.join(tree.root, site.file))
+def site_line(root: str, site: Site) -> str:
+    """A site as a report shows it: file:line: code  [kind in function]."""
+    path = shown(os.path.join(root, site.file))
     return f"{path}:{site.line}: {site.code}  [{site.kind} in {site.function}]"
 
 
-def print_sites(tree: Tree, found: Scan) -> None:
-    """Print every site, then how many there are of each kind (--list)."""
-    for site in found.sites:
-        print(site_line(tree, site))
-    counts = [f"{found.files} files", f"{found.parsed} parsed"]
-    for kind, number in Counter(site.kind for site in found.sites).most_common():
-        counts.append(f"{kind} {number}")
-    total = f"{len(found.sites)} ServerArgs writer sites"
-    print(f"{total} in {tree.about} ({', '.join(counts)})")
+def installed_sglang() -> str | None:
+    """The directory of the sglang that import sglang finds, if any."""
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.origin:
+        return None
+    return os.path.dirname(spec.origin)
 
 
-def compare(
-    tree: Tree, sites: list[Site], baseline: Baseline, path: str, argv: list[str]
-) -> int:
-    """Print the verdict and the new sites; 0 if the count is the baseline's."""
-    count = len(sites)
-    before = len(baseline.keys)
-    where = f"ServerArgs writer sites in {tree.about}"
-    if count == before:
-        print(f"writer ratchet: OK: {count} {where}, as in {baseline.source}")
-    else:
-        change = "grew" if count > before else "shrank"
-        print(
-            f"writer ratchet: FAILED: {where} {change} from {before} to {count} "
-            f"({baseline.source})"
-        )
-    new = new_sites(sites, baseline.keys)
-    if new:
-        print("New sites (give the component its own copy, or pass the value):")
-    for site in new:
-        print(f"  {site_line(tree, site)}")
-    if count == before:
-        return 0
-    update = shlex.join([shown(sys.executable), shown(SCRIPT_PATH), *argv, "--update"])
-    print(f"To record the reviewed count: {update}, and commit {shown(path)}")
-    return 1
-
-
-def check(args: Namespace, argv: list[str]) -> int:
-    """Do what the command line asks; the exit status."""
-    tree = resolve_tree(args.root)
-    found = scan(tree.root)
-    if args.list:
-        print_sites(tree, found)
-        return 0
-    path = args.baseline or DEFAULT_BASELINE
-    if args.update:
-        write_baseline(path, tree.about, found.sites)
-        print(
-            f"writer ratchet: {shown(path)} records {len(found.sites)} sites; commit it"
-        )
-        return 0
-    if args.baseline or os.path.exists(path) or not tree.in_checkout:
-        baseline = Baseline(read_baseline(path), shown(path))
-    else:
-        baseline = sites_at_ratchet_commit(tree, found.sites)
-    return compare(tree, found.sites, baseline, path, argv)
+def package_to_scan(package: str | None) -> str:
+    """PACKAGE, else python/sglang of this checkout, else the installed sglang."""
+    if package is not None:
+        return package
+    checkouts = os.path.join(CHECKOUT, "python", "sglang")
+    if os.path.isdir(checkouts):
+        return checkouts
+    installed = installed_sglang()
+    if installed is None:
+        raise BadInput(f"no {shown(checkouts)} and no sglang installed; pass PACKAGE")
+    return installed
 
 
 def main() -> int:
-    """Run the ratchet from the command line; the exit status."""
+    """List the writes the command line asks for; the exit status."""
     parser = ArgumentParser(
         description=__doc__, formatter_class=RawDescriptionHelpFormatter
     )
-    parser.add_argument("--root", help="the sglang package directory to scan")
-    parser.add_argument("--baseline", help="the baseline file")
-    parser.add_argument("--list", action="store_true", help="print every site")
-    parser.add_argument("--update", action="store_true", help="write the baseline")
-    argv = sys.argv[1:]
-    args = parser.parse_args(argv)
-    warnings.simplefilter("ignore")  # the parser's, about the files scanned
+    parser.add_argument("package", nargs="?", help="the sglang package directory")
+    parser.add_argument(
+        "--all", action="store_true", help="every write, not only the draft side's"
+    )
+    args = parser.parse_args()
     try:
-        return check(args, argv)
+        root = package_to_scan(args.package)
+        if args.all:
+            sites = scan(root).sites
+            where = ""
+        else:
+            sites = draft_side_sites(root)
+            where = " on the draft side"
     except BadInput as error:
         print(f"writer ratchet: error: {error}", file=sys.stderr)
         return 2
+    for site in sites:
+        print(site_line(root, site))
+    print(f"{len(sites)} ServerArgs write sites{where} of {shown(root)}")
+    return 0
 
 
 if __name__ == "__main__":

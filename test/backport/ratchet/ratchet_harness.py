@@ -9,18 +9,13 @@ A throwaway package (``synthetic_package``) is a temporary directory::
 A fork (``v0_5_16_fork``) is a real git repository in fork layout, oldest
 commit first::
 
-    A   "sglang 0.5.16"           python/sglang/: site_files() of .build/pristine
+    A   "sglang 0.5.16"           python/sglang/: the whole of .build/pristine
     F   "fork: our own change"    only when the test gives one
     P1 P2 P3 P4                   the series, by git am -3 (apply_series)
-
-It holds only the package files that the series edits or that have a writer
-site (``site_files``): the ratchet's verdicts depend on no other file, and a
-run then parses a tenth of the package.
 """
 
 import importlib.util
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -32,7 +27,6 @@ from typing import Callable, Optional
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 SCRIPT = os.path.join(REPO, "scripts", "ratchet", "writer_ratchet.py")
-BASELINE = os.path.join(REPO, "scripts", "ratchet", "baseline.txt")
 SHIPPED_TEST = "test/registered/unit/test_server_args_write_sites_ratchet.py"
 PRISTINE = os.path.join(REPO, ".build", "pristine", "sglang")
 PATCHES = os.path.join(REPO, "patches", "v0.5.16")
@@ -110,28 +104,16 @@ def commit_all(repo: str, message: str) -> None:
     git(repo, "commit", "-q", "-m", message)
 
 
-def site_files() -> set[str]:
-    """The package files (relative to python/sglang) the series edits, and
-    those with a writer site in the patched 0.5.16 (the recorded baseline)."""
-    files = {file for file, _, _ in load_ratchet().read_baseline(BASELINE)}
-    for name in os.listdir(PATCHES):
-        if not name.endswith(".patch"):  # the series file
-            continue
-        with open(os.path.join(PATCHES, name), encoding="utf-8") as fh:
-            diff = r"^diff --git a/python/sglang/(\S+) "
-            files.update(re.findall(diff, fh.read(), re.M))
-    return files
-
-
 def v0_5_16_fork(path: str, fork_change: Optional[Callable[[str], None]] = None) -> str:
     """Commit A (tag v0.5.16) at ``path``, then F if ``fork_change(path)`` is
     given (see the module docstring); ``path``."""
     if not os.path.isfile(os.path.join(PRISTINE, "srt", "server_args.py")):
         raise RuntimeError(f"{PRISTINE} is missing; run scripts/dev/setup.sh")
-    for rel in site_files():
-        target = os.path.join(path, "python", "sglang", rel)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        shutil.copy2(os.path.join(PRISTINE, rel), target)
+    shutil.copytree(
+        PRISTINE,
+        os.path.join(path, "python", "sglang"),
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     git(path, "init", "-q", "-b", "main")
     commit_all(path, "sglang 0.5.16")
     git(path, "tag", "v0.5.16")
@@ -148,13 +130,14 @@ def apply_series(fork: str) -> None:
 
 
 def run_shipped_test(fork: str) -> tuple[int, str]:
-    """The shipped check test, from the fork's root: (exit status, output). It
-    checks the fork's python/sglang; its imports (sglang.test) come from the
-    installed sglang, as the fork holds only ``site_files()``."""
+    """The shipped ratchet test as the fork's CI runs it, ``python3 FILE -f``
+    with the fork's python/ as its sglang: (exit status, output)."""
+    env = git_env()
+    env["PYTHONPATH"] = os.path.join(fork, "python")
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", SHIPPED_TEST],
+        [sys.executable, SHIPPED_TEST, "-f"],
         cwd=fork,
-        env=git_env(),
+        env=env,
         capture_output=True,
         text=True,
         timeout=600,

@@ -2,7 +2,8 @@
 write form and receiver, whatever the layout, and nothing else; and which
 edits make a new site.
 
-Each test scans a throwaway package holding one file, its source::
+TestTheDraftSide scans a package of several files: what the shipped check
+pins. Each other test scans a throwaway package holding one file, its source::
 
     <tmp>/sglang/__init__.py
     <tmp>/sglang/srt/a.py        the test's source
@@ -273,6 +274,64 @@ class TestWhatMakesANewSite(RatchetCase):
         ):
             with self.subTest(after=after):
                 self.assertNotEqual(self.keys_in(after), self.keys_in(self.BEFORE))
+
+
+class TestTheDraftSide(RatchetCase):
+    def test_it_is_the_speculative_folder_and_the_functions_that_build_the_draft(
+        self,
+    ):
+        root = synthetic_package(
+            self,
+            {
+                "srt/speculative/parts/worker.py": """
+                    def build(server_args):
+                        server_args.a = 1
+                    """,
+                "srt/managers/scheduler.py": """
+                    class Scheduler:
+                        def maybe_init_draft_worker(self):
+                            def hand_over(draft_server_args):
+                                draft_server_args.b = 2
+
+                        def init_all_attention_backends(self):
+                            self.draft_server_args.c = 3
+
+                        def init_memory_pool(self):
+                            self.server_args.d = 4
+                    """,
+                "srt/server_args.py": """
+                    def draft_server_args_copy(server_args):
+                        server_args.e = 5
+
+                    def prepare_server_args(server_args):
+                        server_args.f = 6
+                    """,
+                "srt/managers/other.py": """
+                    def maybe_init_draft_worker(server_args):
+                        server_args.g = 7
+                    """,
+            },
+        )
+
+        found = [(s.file, s.function, s.write) for s in wr.draft_side_sites(root)]
+
+        self.assertEqual(
+            found,
+            [
+                (
+                    "srt/managers/scheduler.py",
+                    "Scheduler.maybe_init_draft_worker.hand_over",
+                    "draft_server_args.b =",
+                ),
+                (
+                    "srt/managers/scheduler.py",
+                    "Scheduler.init_all_attention_backends",
+                    "self.draft_server_args.c =",
+                ),
+                ("srt/server_args.py", "draft_server_args_copy", "server_args.e ="),
+                ("srt/speculative/parts/worker.py", "build", "server_args.a ="),
+            ],
+        )
 
 
 if __name__ == "__main__":
