@@ -1,25 +1,42 @@
-"""A fork's own CI stays green with the series, on every release line.
+"""A fork's own CI stays green with the series, as its workflows run it.
 
-A fork runs its tests through SGLang's runner, ``python3 test/run_suite.py
---hw cpu --suite base-a-test-cpu``, which collects every file under
-``test/registered/`` and refuses to start when one registers to a suite it
-does not know; and its pre-commit runs ruff, black, isort and codespell at
-pinned versions. Both are checked for each series (``patches/v0.5.16/``,
-``patches/v0.5.15.post1/`` for the v0.5.15 line, ``patches/v0.5.14/``) on one
-fork made from its release's wheel::
+For each release with a series (v0.5.16, v0.5.15.post1 and v0.5.15, v0.5.14)
+one fork is made from the release's wheel and takes its line's series::
 
-    vVERSION --- 0001 --- 0002 --- 0003 --- 0004
-    (the wheel's python/sglang, the fork's     (git am -3 SERIES/*.patch)
-     linter configuration)
+    vRELEASE --- 0001 --- 0002 --- 0003 --- 0004 --- C            <- main
+    (the wheel's python/sglang,  (git am -3 SERIES/*.patch)  C: an ordinary
+     the fork's linter config)                               commit, no write
+                                                  \\--- D           <- draft-write
+                                                  D: one more write onto the
+                                                  draft's ServerArgs, in
+                                                  EAGLEWorkerV2.__init__
 
-- every test file the series adds registers, as the wheel's own
-  ``collect_tests`` reads it, to ``base-a-test-cpu``;
-- each linter, at the fork's pinned version, reports nothing on the files the
-  series touches that it did not report on the release's files.
+The jobs of SGLang's workflows at the cut (see shared/fork-ci-at-the-cut.md):
+
+- the CPU test job (``pr-test.yml``, ``base-a-test-cpu``) checks out the
+  commit with ``actions/checkout@v4``, a depth-1 clone, and runs ``cd test &&
+  python3 run_suite.py --hw cpu --suite base-a-test-cpu``. The wheel has no
+  ``test/run_suite.py``; its steps are the fork's own ``sglang.test.ci``:
+  ``collect_tests(files, sanity_check=True)`` over ``test/registered/``, the
+  files of the suite, then ``run_unittest_files``, each file as ``python3 FILE
+  -f``. In a depth-1 clone of C every file the series ships passes; in one of
+  D the shipped ratchet fails, naming the file and line;
+- the lint job (``lint.yml``) runs ``pre-commit run --all-files``: every hook
+  of ``pre-commit-hooks`` v6.0.0 the config lists (their console scripts, with
+  git's file modes), ruff ``--select=F401,F821,UP037``, black, isort and
+  codespell at the pinned versions, and the local ``check-registered-tests``;
+  on the files the series adds or touches, none reports anything the release
+  did not, and no fixer rewrites a file;
+- the fork's own ratchets (upstream's ratchet tests at the line's cut, each an
+  exact pin): counted with their rules, the series changes no count that one
+  of them pins, and makes no other count grow.
 """
 
+import ast
+import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,8 +47,6 @@ from importlib import metadata
 
 import pytest
 from release_forks import git, release_fork, series_patches
-
-from sglang.test.ci.ci_register import HWBackend, collect_tests
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 BIN = os.path.dirname(sys.executable)
@@ -47,6 +62,33 @@ PER_COMMIT_CPU_SUITES = (
 )
 # Where the fork's own spec and server-args unit tests register.
 SHIPPED_SUITE = "base-a-test-cpu"
+RATCHET_TEST = "test/registered/unit/test_server_args_write_sites_ratchet.py"
+
+# The steps of run_suite.py's run_a_suite, run from the clone's test/ folder
+# with the fork's own sglang: every file under test/registered/ collected with
+# the sanity check, those of the suite run one process each.
+RUN_SUITE = """
+import glob, os, sys
+from sglang.test.ci.ci_register import HWBackend, collect_tests
+from sglang.test.ci.ci_utils import run_unittest_files
+
+suite = sys.argv[1]
+files = [
+    f
+    for f in glob.glob(os.path.abspath("registered/**/*.py"), recursive=True)
+    if not f.endswith(("/conftest.py", "/__init__.py"))
+]
+tests = [
+    t
+    for t in collect_tests(files, sanity_check=True)
+    if t.backend == HWBackend.CPU
+    and t.effective_suite == suite
+    and not t.nightly
+    and t.disabled is None
+]
+print("selected:", " ".join(sorted(os.path.relpath(t.filename) for t in tests)))
+sys.exit(run_unittest_files(tests, timeout_per_file=1200))
+"""
 
 # The linters of the fork's .pre-commit-config.yaml at the v0.5.16 cut (the
 # same at the v0.5.14 to v0.5.15.post1 cuts), and
@@ -57,6 +99,7 @@ LINTER_PINS = {
     "black": "26.1.0",
     "isort": "7.0.0",
     "codespell": "2.4.1",
+    "pre-commit-hooks": "6.0.0",
 }
 RUFF_RULES = "F401,F821,UP037"
 # Upstream's .isort.cfg at the root of the tree. Black has no configuration
@@ -64,6 +107,60 @@ RUFF_RULES = "F401,F821,UP037"
 # fork's .codespellrc.
 ISORT_CFG = "[settings]\nprofile=black\nknown_first_party=sglang\n"
 CODESPELL_RC = "[codespell]\n"
+# The pre-commit-hooks ids of the config at the cut, as console scripts with
+# their arguments, and the files pre-commit hands each (its `types`). Two are
+# made strict: check-added-large-files checks every file, not only those
+# staged as new, and check-merge-conflict looks for markers outside a merge.
+PRE_COMMIT_HOOKS = (
+    (("check-symlinks",), "symlink"),
+    (("destroyed-symlinks",), "file"),
+    (("trailing-whitespace-fixer",), "text"),
+    (("end-of-file-fixer",), "text"),
+    (("check-yaml", "--allow-multiple-documents"), "yaml"),
+    (("check-toml",), "toml"),
+    (("check-ast",), "python"),
+    (("check-added-large-files", "--maxkb=1500", "--enforce-all"), "file"),
+    (("check-merge-conflict", "--assume-in-merge"), "text"),
+    (("check-shebang-scripts-are-executable",), "text"),
+    (("detect-private-key",), "text"),
+    (("debug-statement-hook",), "python"),
+)
+CI_REGISTER_CALL = re.compile(r"\bregister_\w+_ci\(")
+
+# The fork's own ratchets: upstream's ratchet tests at each line's cut, by
+# their rules. Each counts over the fork's python/sglang (the package the
+# fork's CI installs).
+MUTATION_RULES = (
+    re.compile(r"\bserver_args\.[a-z0-9_]+\s*=(?![=}])"),
+    re.compile(r"\bsa\.[a-z0-9_]+\s*=(?![=}])"),
+    re.compile(r"get_(?:global_)?server_args\(\)\.[a-z0-9_]+\s*=(?![=}])"),
+    re.compile(
+        r"setattr\(\s*(?:[\w.]+\.)?(?:server_args|sa|get_(?:global_)?server_args\(\))\s*,"
+    ),
+)
+MUTATION_NOT_COUNTED = ("srt/server_args.py", "srt/arg_groups", "multimodal_gen")
+LEGACY_GLOBAL_RULES = {
+    "get_global_server_args": re.compile(r"\bget_global_server_args\s*\("),
+    "set_global_server_args_for_*": re.compile(
+        r"\bset_global_server_args_for_(?:scheduler|tokenizer)\s*\("
+    ),
+}
+MODULE_STATE_FILES = ("srt/layers/moe/utils.py", "srt/layers/dp_attention.py")
+LEGACY_PARALLEL_GETTERS = re.compile(
+    r"\b(?:dcp_enabled|get_(?:"
+    r"(?:tensor_model|pipeline_model|moe_expert|moe_tensor|moe_data"
+    r"|attn_tensor_model|attn_context_model)_parallel_(?:world_size|rank)"
+    r"|dcp_(?:world_size|rank)|dcp_group(?:_no_assert)?"
+    r"|attention_dcp_(?:world_size|rank)|attention_(?:tp|cp)_(?:group|rank|size)"
+    r"))\(\)"
+)
+PARALLEL_NOT_COUNTED = (
+    "srt/distributed/",
+    "srt/runtime_context.py",
+    "srt/layers/dp_attention.py",
+    "srt/layers/dcp/comm.py",
+    "srt/debug_utils/dumper.py",
+)
 
 
 def run_linter(tree, *argv):
@@ -77,13 +174,93 @@ def run_linter(tree, *argv):
     return proc.stdout + proc.stderr
 
 
+def package_files(tree):
+    """{path under python/sglang/: text} of every .py file of a tree's package."""
+    root = os.path.join(tree, "python", "sglang")
+    found = {}
+    for folder, _, names in os.walk(root):
+        for name in names:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    found[os.path.relpath(path, root)] = fh.read()
+    return found
+
+
+def fork_ratchet_counts(tree):
+    """What each of the fork's own ratchets counts in a tree: {ratchet: count}
+    for the counting ones, {ratchet: sorted names or files} for the others."""
+    files = package_files(tree)
+    srt = {path: text for path, text in files.items() if path.startswith("srt/")}
+    counts = {
+        "mutation": sum(
+            len(rule.findall(text))
+            for path, text in files.items()
+            if not path.startswith(MUTATION_NOT_COUNTED)
+            for rule in MUTATION_RULES
+        )
+    }
+    for name, rule in LEGACY_GLOBAL_RULES.items():
+        counts[name] = sum(len(rule.findall(text)) for text in srt.values())
+    for path in MODULE_STATE_FILES:
+        names = set()
+        if path in files:
+            for node in ast.walk(ast.parse(files[path])):
+                if isinstance(node, ast.Global):
+                    names.update(node.names)
+        counts[f"module state of {path}"] = sorted(names)
+    # The file of each offending line (its number moves with the patches).
+    counts["parallel getters"] = sorted(
+        path
+        for path, text in srt.items()
+        if not path.startswith(PARALLEL_NOT_COUNTED)
+        for line in text.split("\n")
+        if LEGACY_PARALLEL_GETTERS.search(line)
+    )
+    return counts
+
+
+def add_draft_side_write(fork):
+    """Write ``server_args.context_length = 1`` as the first statement of
+    EAGLEWorkerV2.__init__; its "python/sglang/...:line:"."""
+    rel = "python/sglang/srt/speculative/eagle_worker_v2.py"
+    path = os.path.join(fork, rel)
+    with open(path, encoding="utf-8") as fh:
+        lines = fh.read().splitlines(keepends=True)
+    tree = ast.parse("".join(lines))
+    worker = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.ClassDef) and node.name == "EAGLEWorkerV2"
+    )
+    init = next(node for node in worker.body if getattr(node, "name", "") == "__init__")
+    first = init.body[0]
+    indent = " " * first.col_offset
+    lines.insert(first.lineno - 1, f"{indent}server_args.context_length = 1\n")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.writelines(lines)
+    return f"{rel}:{first.lineno}:"
+
+
+def load_fork_module(tree, rel):
+    """A module of the fork's tree, loaded from its file (as the fork's
+    check_registered_tests.py loads ci_register.py: without sglang's imports)."""
+    spec = importlib.util.spec_from_file_location(
+        "fork_" + os.path.basename(rel)[:-3], os.path.join(tree, rel)
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 class SeriesForkChecks:
-    """A fork of RELEASE with SERIES applied, and the release beside it (mixed
-    into one unittest.TestCase per series)."""
+    """A fork of RELEASE with SERIES applied, the release beside it, and the
+    clones the workflows make (mixed into one unittest.TestCase per release)."""
 
     PACKAGE = ""  # the release's sglang package, from the wheel
     RELEASE = ""  # its tag
     SERIES = ""  # the series' folder
+    PINNED_RATCHETS = ()  # the fork's own ratchets at this line's cut
 
     @classmethod
     def setUpClass(cls):
@@ -95,31 +272,159 @@ class SeriesForkChecks:
         config = {".isort.cfg": ISORT_CFG, ".codespellrc": CODESPELL_RC}
         release_fork(cls.fork, cls.PACKAGE, cls.RELEASE, config)
         git(cls.fork, "am", "-3", *series_patches(cls.SERIES))
-        git(cls.fork, "worktree", "add", "-q", "--detach", cls.release, cls.RELEASE)
         changes = git(
             cls.fork, "diff", "--name-status", "--no-renames", cls.RELEASE, "HEAD"
         )
         rows = [line.split("\t") for line in changes.splitlines()]
         cls.touched = sorted(path for status, path in rows)
         cls.added = sorted(path for status, path in rows if status == "A")
+        # C: an ordinary commit after the series, one that reads the config.
+        with open(
+            os.path.join(cls.fork, "python", "sglang", "srt", "fork_notes.py"), "w"
+        ) as fh:
+            fh.write(
+                "def context_length(server_args):\n"
+                "    return server_args.context_length\n"
+            )
+        git(cls.fork, "add", "-A")
+        git(cls.fork, "commit", "-q", "-m", "fork: an ordinary commit")
+        # D, on a branch of its own.
+        git(cls.fork, "switch", "-q", "-c", "draft-write")
+        cls.draft_write = add_draft_side_write(cls.fork)
+        git(cls.fork, "commit", "-q", "-am", "spec: the draft writes onto the target")
+        git(cls.fork, "switch", "-q", "main")
+        git(cls.fork, "worktree", "add", "-q", "--detach", cls.release, cls.RELEASE)
 
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def touched_files(self, tree, suffix=""):
-        """The files the series touches that ``tree`` has, ending in ``suffix``."""
-        return [
-            path
-            for path in self.touched
-            if path.endswith(suffix) and os.path.exists(os.path.join(tree, path))
-        ]
+    def checkout(self, branch, depth=None):
+        """A clone of the fork at ``branch``, as actions/checkout@v4 makes it:
+        depth 1 for the test job, the whole history (fetch-depth: 0) for lint."""
+        clone = tempfile.mkdtemp(dir=self.tmp)
+        options = ["--depth", str(depth)] if depth else []
+        git(
+            self.tmp,
+            "clone",
+            "-q",
+            *options,
+            "-b",
+            branch,
+            f"file://{self.fork}",
+            clone,
+        )
+        return clone
+
+    def run_in(self, clone, *argv, cwd="test"):
+        """Run ``argv`` in ``clone/cwd`` as the CPU job does: python3 is the
+        venv's, and the fork's python/ is its installed sglang."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        env["PATH"] = BIN + os.pathsep + env.get("PATH", "")
+        env["PYTHONPATH"] = os.path.join(clone, "python")
+        return subprocess.run(
+            argv,
+            cwd=os.path.join(clone, cwd),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+
+    # The CPU test job.
+
+    def test_the_cpu_job_passes_every_shipped_file_in_a_depth_1_clone(self):
+        clone = self.checkout("main", depth=1)
+        self.assertEqual(git(clone, "rev-parse", "--is-shallow-repository"), "true\n")
+
+        run = self.run_in(clone, "python3", "-c", RUN_SUITE, SHIPPED_SUITE)
+
+        said = run.stdout + run.stderr
+        self.assertEqual(run.returncode, 0, said[-6000:])
+        shipped = [p for p in self.added if p.startswith("test/registered/")]
+        selected = re.search(r"^selected: (.*)$", said, re.M).group(1).split()
+        self.assertEqual(sorted(selected), sorted(p[len("test/") :] for p in shipped))
+        self.assertIn(f"Test Summary: {len(shipped)}/{len(shipped)} passed", said)
+
+    def test_a_draft_side_write_fails_the_shipped_ratchet_in_a_depth_1_clone(self):
+        clone = self.checkout("draft-write", depth=1)
+
+        run = self.run_in(clone, "python3", RATCHET_TEST, "-f", cwd="")
+
+        said = run.stdout + run.stderr
+        self.assertNotEqual(run.returncode, 0, said[-4000:])
+        self.assertIn(
+            "new writes onto a ServerArgs on the speculative draft side", said
+        )
+        self.assertIn(
+            f"{self.draft_write} server_args.context_length = 1"
+            "  [assign in EAGLEWorkerV2.__init__]",
+            said,
+        )
+
+    # The lint job.
+
+    def test_the_linters_are_the_forks_pinned_versions(self):
+        for name, version in LINTER_PINS.items():
+            with self.subTest(linter=name):
+                self.assertEqual(metadata.version(name), version)
+
+    def files_of_type(self, tree, kind):
+        """The files the series adds or touches that pre-commit hands a hook
+        of this type (by git's mode and the file's name and content)."""
+        stage = git(tree, "ls-files", "-s", "--", *self.touched)
+        modes = {line.split("\t")[1]: line.split()[0] for line in stage.splitlines()}
+        found = []
+        for path, mode in sorted(modes.items()):
+            if kind == "symlink":
+                keep = mode == "120000"
+            elif kind == "python":
+                keep = path.endswith(".py")
+            elif kind in ("yaml", "toml"):
+                keep = path.endswith(
+                    {"yaml": (".yaml", ".yml"), "toml": (".toml",)}[kind]
+                )
+            elif kind == "text":
+                with open(os.path.join(tree, path), "rb") as fh:
+                    keep = b"\0" not in fh.read()
+            else:
+                keep = True
+            if keep:
+                found.append(path)
+        return found
+
+    def test_every_pre_commit_hook_passes_on_the_files_the_series_adds_or_touches(self):
+        clone = self.checkout("main")
+        for argv, kind in PRE_COMMIT_HOOKS:
+            files = self.files_of_type(clone, kind)
+            with self.subTest(hook=argv[0]):
+                proc = subprocess.run(
+                    [os.path.join(BIN, argv[0]), *argv[1:], *files],
+                    cwd=clone,
+                    capture_output=True,
+                    text=True,
+                )
+                self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+                self.assertEqual(git(clone, "status", "--porcelain"), "")
+
+    def test_the_shebang_script_the_series_adds_is_executable_in_git(self):
+        stage = git(self.fork, "ls-files", "-s", "scripts/ratchet/writer_ratchet.py")
+        self.assertTrue(stage.startswith("100755 "), stage)
 
     def test_every_test_file_the_series_adds_registers_to_base_a_test_cpu(self):
-        tests = [p for p in self.added if p.startswith("test/registered/")]
+        tests = [
+            p
+            for p in self.added
+            if p.startswith("test/registered/")
+            and not p.endswith(("/conftest.py", "/__init__.py"))
+        ]
         self.assertTrue(tests, "the series adds no test under test/registered/")
+        # The fork's own ci_register, loaded as check_registered_tests.py does.
+        ci_register = load_fork_module(
+            self.fork, "python/sglang/test/ci/ci_register.py"
+        )
 
-        registries = collect_tests(
+        registries = ci_register.collect_tests(
             [os.path.join(self.fork, p) for p in tests], sanity_check=True
         )
 
@@ -127,16 +432,18 @@ class SeriesForkChecks:
         self.assertEqual(sorted(found), tests)
         for path, registry in found.items():
             with self.subTest(path=path):
-                self.assertEqual(registry.backend, HWBackend.CPU)
+                self.assertEqual(registry.backend, ci_register.HWBackend.CPU)
                 self.assertIn(registry.effective_suite, PER_COMMIT_CPU_SUITES)
                 self.assertEqual(registry.effective_suite, SHIPPED_SUITE)
                 self.assertFalse(registry.nightly)
                 self.assertIsNone(registry.disabled)
 
-    def test_the_linters_are_the_forks_pinned_versions(self):
-        for name, version in LINTER_PINS.items():
-            with self.subTest(linter=name):
-                self.assertEqual(metadata.version(name), version)
+    def test_no_file_the_series_adds_under_python_registers_a_test(self):
+        # check-no-registered-tests-in-package
+        for path in self.added:
+            if path.startswith("python/"):
+                with open(os.path.join(self.fork, path), encoding="utf-8") as fh:
+                    self.assertIsNone(CI_REGISTER_CALL.search(fh.read()), path)
 
     def ruff_findings(self, tree):
         out = run_linter(
@@ -153,6 +460,14 @@ class SeriesForkChecks:
             (os.path.relpath(f["filename"], tree), f["code"], f["message"])
             for f in json.loads(out)
         )
+
+    def touched_files(self, tree, suffix=""):
+        """The files the series touches that ``tree`` has, ending in ``suffix``."""
+        return [
+            path
+            for path in self.touched
+            if path.endswith(suffix) and os.path.exists(os.path.join(tree, path))
+        ]
 
     def test_ruff_reports_no_unused_import_or_undefined_name_the_series_added(self):
         new = self.ruff_findings(self.fork) - self.ruff_findings(self.release)
@@ -194,20 +509,59 @@ class SeriesForkChecks:
 
         self.assertEqual(sorted(new), [])
 
+    # The fork's own ratchets.
+
+    def test_the_series_changes_no_count_a_ratchet_of_this_line_pins(self):
+        released = fork_ratchet_counts(self.release)
+        patched = fork_ratchet_counts(self.fork)
+
+        for ratchet in self.PINNED_RATCHETS:
+            with self.subTest(ratchet=ratchet):
+                self.assertEqual(patched[ratchet], released[ratchet])
+        for ratchet, count in patched.items():
+            with self.subTest(ratchet=ratchet, grows=False):
+                if isinstance(count, int):
+                    self.assertLessEqual(count, released[ratchet])
+                else:
+                    self.assertEqual(Counter(count) - Counter(released[ratchet]), {})
+
+
+# The ratchet tests of upstream's tree at the v0.5.16 cut.
+V0_5_16_RATCHETS = (
+    "mutation",
+    "get_global_server_args",
+    "set_global_server_args_for_*",
+    f"module state of {MODULE_STATE_FILES[0]}",
+    f"module state of {MODULE_STATE_FILES[1]}",
+    "parallel getters",
+)
+# At the v0.5.15 and v0.5.15.post1 cuts: test_legacy_global_ratchet.py alone.
+V0_5_15_RATCHETS = ("get_global_server_args", "set_global_server_args_for_*")
+
 
 class TestTheV0_5_16Series(SeriesForkChecks, unittest.TestCase):
     PACKAGE = os.path.join(REPO, ".build", "pristine", "sglang")
     RELEASE = "v0.5.16"
     SERIES = os.path.join(REPO, "patches", "v0.5.16")
+    PINNED_RATCHETS = V0_5_16_RATCHETS
 
 
 class TestTheV0_5_15Post1Series(SeriesForkChecks, unittest.TestCase):
     PACKAGE = os.path.join(REPO, ".build", "releases", "v0.5.15.post1", "sglang")
     RELEASE = "v0.5.15.post1"
     SERIES = os.path.join(REPO, "patches", "v0.5.15.post1")
+    PINNED_RATCHETS = V0_5_15_RATCHETS
+
+
+class TestTheV0_5_15Post1SeriesOnV0_5_15(SeriesForkChecks, unittest.TestCase):
+    PACKAGE = os.path.join(REPO, ".build", "releases", "v0.5.15", "sglang")
+    RELEASE = "v0.5.15"
+    SERIES = os.path.join(REPO, "patches", "v0.5.15.post1")
+    PINNED_RATCHETS = V0_5_15_RATCHETS
 
 
 class TestTheV0_5_14Series(SeriesForkChecks, unittest.TestCase):
+    # No ratchet test at the v0.5.14 cut.
     PACKAGE = os.path.join(REPO, ".build", "releases", "v0.5.14", "sglang")
     RELEASE = "v0.5.14"
     SERIES = os.path.join(REPO, "patches", "v0.5.14")
