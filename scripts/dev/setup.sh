@@ -10,7 +10,6 @@
 # the packages of the older releases that have a series of their own in
 # .build/releases/vVERSION/sglang (test/backport/series makes forks of them). A
 # second run with nothing changed does nothing and says so.
-# `setup.sh --pristine-only` makes only .build/pristine.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -99,17 +98,6 @@ fetch_next_wheel() {
     "$1" -m pip --disable-pip-version-check -q download --no-deps \
         "sglang==$NEXT_VERSION" -d .build/wheels 2> >(grep -v '^WARNING: Location' >&2)
 }
-
-# --pristine-only: just the release's files (what scripts/fork/apply_to_fork.py
-# needs to give a fork the merge base), with any python3 that has pip.
-if [ "${1:-}" = --pristine-only ]; then
-    if pristine_ok; then
-        log "up to date, nothing to do ($PRISTINE)"
-    else
-        unpack_pristine "$(command -v "$PYTHON" || command -v python3)"
-    fi
-    exit 0
-fi
 
 want=$(stamp_value)
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && pristine_ok && next_wheel_ok &&
