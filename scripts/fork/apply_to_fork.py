@@ -24,7 +24,11 @@ needs the release's copy of a file that the fork's history lacks (the base of
 a 3-way merge), the tool takes it from the release's wheel, which pip
 downloads once into .build/wheels/, and writes only those blobs into the
 fork's object store. Without pip or the package index it refuses, naming the
-plain-git way: fetching upstream's release tag into the fork.
+plain-git way: fetching upstream's release tag into the fork. Where git am -3
+stops on a conflict whose fork side is the release's code with other comments
+and blank lines (the same Python tokens once those are left out), the tool
+takes the series' side, as the README's plain-git recipe does, and says which
+lines of the fork it dropped; any other conflict is refused.
 
 Reverting makes a `git revert` of each commit with this backport's
 Backport-Of trailer, newest first: the way to v0.5.17.
@@ -40,6 +44,8 @@ Messages start with "apply:"; an error is one line on stderr, "apply: error:".
 
 import argparse
 import contextlib
+import difflib
+import io
 import os
 import re
 import shlex
@@ -47,6 +53,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
+import tokenize
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,6 +128,10 @@ GIT_SETTINGS = {
 # when it resumes past a conflict.
 CHORES_OFF = "-c gc.auto=0 -c maintenance.auto=false -c rerere.enabled=false"
 HOOKS_OFF = f"-c core.hooksPath={os.devnull}"
+
+# The length of git merge-file's conflict markers here, which no line of
+# SGLang's files is.
+MARKER_SIZE = 32
 
 # What git am says when a file's merge base is not in the object store.
 GIT_LACKS_A_BASE = re.compile("lacking or useless|lacks necessary blobs")
@@ -1109,11 +1121,35 @@ def supply_merge_bases(
 
 
 @dataclass
+class Resolution:
+    """A conflict whose fork side is the release's code with other comments:
+    the series' side is taken."""
+
+    line: int  # where the series' side starts in the file the commit writes
+    dropped: list[str]  # the fork's lines there that the release's side lacks
+
+
+@dataclass
+class Resolved:
+    """A conflicting file whose conflicts are all in comments only."""
+
+    text: str  # the file with the series' side of each conflict
+    resolutions: list[Resolution]
+
+
+@dataclass
 class Stop:
     """A step of the trial where git stopped."""
 
     step: str  # the number of the patch git am was at, or the commit being reverted
     files: dict[str, str]  # each file in conflict, and why
+    in_comments: dict[str, Resolved] = field(default_factory=dict)  # of the files
+
+    @property
+    def resolved(self) -> bool:
+        """Returns whether every file in conflict has its conflicts in comments only
+        (the tool resolves the stop), and there is one."""
+        return bool(self.files) and self.in_comments.keys() == self.files.keys()
 
 
 @dataclass
@@ -1123,6 +1159,11 @@ class Trial:
     head: str  # the commit it ended on
     output: str  # git's standard output, every step
     stops: list[Stop]
+
+    @property
+    def conflicts(self) -> list[Stop]:
+        """Returns the stops the tool did not resolve."""
+        return [stop for stop in self.stops if not stop.resolved]
 
 
 def conflict_reason(fork: Fork, path: str, stages: str) -> str:
@@ -1184,6 +1225,10 @@ def trial_stop(
 
 def resume(tree: Path, verb: str, stop: Stop) -> subprocess.CompletedProcess:
     """Takes git past a stop: commits the conflicting files as they are, or skips it."""
+    if stop.resolved:
+        # Resolved as a maintainer would resolve it: the fork's hooks run.
+        git(tree, "add --", *stop.files)
+        return git(tree, f"{CHORES_OFF} {verb} --continue")
     if stop.files:
         git(tree, "add -A --", *stop.files)
         return git(tree, f"{CHORES_OFF} {HOOKS_OFF} {verb} --continue")
@@ -1198,9 +1243,15 @@ def run_in_worktree(fork: Fork, tree: Path, command: str, args: list[str]) -> Tr
     run = git(tree, f"{CHORES_OFF} {command}", *args)
     while run.returncode != 0:
         stop = trial_stop(fork, tree, command, run)
+        if verb == "am":
+            stop.in_comments = conflicts_in_comments(tree, stop)
+            if stop.resolved:
+                write_series_side(tree, stop)
         stops.append(stop)
         output += run.stdout
         run = resume(tree, verb, stop)
+        if verb == "am" and stop.files:
+            run.stdout = without_the_stopped_patch(run.stdout)
     output += run.stdout
     return Trial(head=git_output(tree, "rev-parse HEAD"), output=output, stops=stops)
 
@@ -1215,6 +1266,14 @@ def run_trial(fork: Fork, paths: list[str], command: str, args: list[str]) -> Tr
     finally:
         fork.git("worktree remove --force --force", tree)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def without_the_stopped_patch(output: str) -> str:
+    """Returns what git am --continue printed, less its first line: the
+    "Applying: SUBJECT" of the patch that stopped, which git am printed before."""
+    if output.startswith("Applying: "):
+        return output.partition("\n")[2]
+    return output
 
 
 def by_hand(fork: Fork, command: str, args: list[str]) -> str:
@@ -1251,6 +1310,197 @@ def trial_with_merge_bases(
         return trial, []
     lacking = supply_merge_bases(fork, series, missing)
     return apply_trial(fork, patches), lacking
+
+
+# Conflicts in comments only
+
+
+@dataclass
+class Conflict:
+    """One conflict of a 3-way merge: each side's lines."""
+
+    ours: list[str] = field(default_factory=list)  # the fork's
+    base: list[str] = field(default_factory=list)  # the release's
+    theirs: list[str] = field(default_factory=list)  # the series'
+
+
+def code_tokens(text: str) -> Optional[list[tuple[int, str]]]:
+    """Returns text's Python tokens without comments and blank lines: the code
+    the interpreter reads. None where text is not Python that tokenize reads."""
+    tokens = []
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type not in (tokenize.COMMENT, tokenize.NL):
+                tokens.append((token.type, token.string))
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    return tokens
+
+
+def read_merge(merged: str) -> list[Union[str, Conflict]]:
+    """Returns the merged lines and the conflicts of git merge-file --diff3's
+    output; a marker counts only where it can come next."""
+    markers = {
+        None: "<" * MARKER_SIZE + " ours",
+        "ours": "|" * MARKER_SIZE + " base",
+        "base": "=" * MARKER_SIZE,
+        "theirs": ">" * MARKER_SIZE + " theirs",
+    }
+    following = {None: "ours", "ours": "base", "base": "theirs", "theirs": None}
+    pieces = []
+    side = None
+    for line in merged.splitlines(True):
+        if line.rstrip("\n") == markers[side]:
+            side = following[side]
+            if side == "ours":
+                pieces.append(Conflict())
+        elif side is None:
+            pieces.append(line)
+        else:
+            getattr(pieces[-1], side).append(line)
+    return pieces
+
+
+def joined(pieces: list[Union[str, Conflict]], side: str) -> str:
+    """Returns the file with one side of each conflict: ours, base or theirs."""
+    lines = []
+    for piece in pieces:
+        if isinstance(piece, Conflict):
+            lines += getattr(piece, side)
+        else:
+            lines.append(piece)
+    return "".join(lines)
+
+
+def merge_with_base(tree: Path, path: str) -> Optional[list[Union[str, Conflict]]]:
+    """Returns the 3-way merge of git's stages of path, with the release's side of
+    each conflict (git merge-file --diff3); None where it has no conflict, or a
+    stage is not UTF-8 text with Unix line ends."""
+    with tempfile.TemporaryDirectory(prefix="sglang-backport-merge-") as folder:
+        copies = []
+        for stage in (2, 1, 3):  # the fork's, the release's, the series'
+            run = git(tree, "show", f":{stage}:{path}")
+            if run.returncode != 0 or "\ufffd" in run.stdout or "\r" in run.stdout:
+                return None
+            copies.append(Path(folder) / str(stage))
+            copies[-1].write_text(run.stdout, encoding="utf-8")
+        merge = f"merge-file -p --diff3 --marker-size={MARKER_SIZE}"
+        labels = "-L ours -L base -L theirs"
+        run = git(tree, f"{merge} {labels}", *copies)
+    if not 0 < run.returncode < 128:  # the number of conflicts, or an error
+        return None
+    return read_merge(run.stdout)
+
+
+def series_side(text: str) -> str:
+    """Returns a file git left in conflict with the series' side of each
+    conflict, as the README's recipe does:
+    `sed -e '/^<<<<<<< /,/^=======$/d' -e '/^>>>>>>> /d'`."""
+    kept = []
+    in_forks_side = False
+    for line in text.splitlines(True):
+        if in_forks_side:
+            in_forks_side = line.rstrip("\n") != "======="
+        elif line.startswith("<<<<<<< "):
+            in_forks_side = True
+        elif not line.startswith(">>>>>>> "):
+            kept.append(line)
+    return "".join(kept)
+
+
+def forks_own_lines(conflict: Conflict) -> list[str]:
+    """Returns the lines of the fork's side that the release's side lacks."""
+    matcher = difflib.SequenceMatcher(None, conflict.base, conflict.ours, False)
+    lines = []
+    for tag, _, _, start, end in matcher.get_opcodes():
+        if tag in ("insert", "replace"):
+            lines += conflict.ours[start:end]
+    return lines
+
+
+def resolutions_in(pieces: list[Union[str, Conflict]]) -> list[Resolution]:
+    """Returns a resolution for each conflict, at its line in the series' side."""
+    resolutions = []
+    line = 1
+    for piece in pieces:
+        if isinstance(piece, Conflict):
+            resolutions.append(Resolution(line, forks_own_lines(piece)))
+            line += len(piece.theirs)
+        else:
+            line += 1
+    return resolutions
+
+
+def comment_resolution(tree: Path, path: str) -> Optional[Resolved]:
+    """Returns the series' side of a conflicting Python file where the fork's
+    side of every conflict is the release's code with other comments and blank
+    lines; None for any other conflict."""
+    if not path.endswith(".py"):
+        return None
+    pieces = merge_with_base(tree, path)
+    if pieces is None:
+        return None
+    forks = code_tokens(joined(pieces, "ours"))
+    if forks is None or forks != code_tokens(joined(pieces, "base")):
+        return None
+    # The file git am left: the recipe must give what the merge above gives.
+    try:
+        with open(tree / path, encoding="utf-8", newline="") as file:
+            left = file.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+    text = joined(pieces, "theirs")
+    if series_side(left) != text:
+        return None
+    return Resolved(text, resolutions_in(pieces))
+
+
+def conflicts_in_comments(tree: Path, stop: Stop) -> dict[str, Resolved]:
+    """Returns the stop's files whose conflicts are all in comments only, each
+    with the series' side."""
+    in_comments = {}
+    for path, why in stop.files.items():
+        if why == CONFLICT_REASONS["123"]:
+            resolved = comment_resolution(tree, path)
+            if resolved is not None:
+                in_comments[path] = resolved
+    return in_comments
+
+
+def write_series_side(tree: Path, stop: Stop) -> None:
+    """Writes each file of the stop with the series' side of its conflicts."""
+    for path, resolved in stop.in_comments.items():
+        with open(tree / path, "w", encoding="utf-8", newline="") as file:
+            file.write(resolved.text)
+
+
+def resolution_message(
+    fork: Fork, patch: Patch, commit: str, path: str, resolution: Resolution
+) -> str:
+    """Returns what the tool says of a conflict it resolved: where, why, the
+    fork's lines it dropped, and the command that shows the commit there."""
+    where = f"{patch.name}: resolved the conflict in {path} at line {resolution.line}"
+    why = "your fork's lines differ from the release's only in comments and blank lines"
+    review = f"review it: `{fork.cd} git show {commit} -- {quote(path)}`"
+    message = f"{where}, where {why}: took the series' lines"
+    dropped = [line for line in resolution.dropped if line.strip()]
+    if not dropped:
+        blank = len(resolution.dropped)
+        return f"{message} and dropped {blank} blank line(s) of your fork's ({review})"
+    lines = textwrap.dedent("".join(dropped)).splitlines()
+    listed = "\n".join(f"    {line}" for line in lines)
+    return f"{message} and dropped these of your fork's ({review}):\n{listed}"
+
+
+def show_resolutions(fork: Fork, patches: list[Patch], trial: Trial) -> None:
+    """Says which conflicts the tool resolved, once the fork has the commits."""
+    commits = fork.output("rev-list --reverse", f"{fork.head}..{trial.head}").split()
+    for stop in trial.stops:
+        patch = patches[int(stop.step) - 1]
+        commit = commits[int(stop.step) - 1][:12]
+        for path, resolved in stop.in_comments.items():
+            for resolution in resolved.resolutions:
+                say(resolution_message(fork, patch, commit, path, resolution))
 
 
 # Moving the fork
@@ -1439,7 +1689,7 @@ def conflicts_in_a_trial(fork: Fork, series: Series) -> int:
     if not missing:
         return 0
     conflicts = 0
-    for stop in apply_trial(fork, missing).stops:
+    for stop in apply_trial(fork, missing).conflicts:
         conflicts += max(len(stop.files), 1)  # no files: a merge base is lacking
     return conflicts
 
@@ -1525,9 +1775,11 @@ def apply_conflicts_message(
         message += f" (for {no_base}: {fetch_command(fork, series.name)})"
     for stop in trial.stops:
         patch = patches[int(stop.step) - 1]
-        reasons = stop.files
+        reasons = dict(stop.files)
         if not reasons:  # git am stopped for a missing merge base
             reasons = {path: no_base for path in patch.bases if path in lacking}
+        for path in stop.in_comments:
+            reasons[path] += ", only in comments: take the series' side"
         message += f"; {patch.name}: {files_and_reasons(reasons)}"
     return message + by_hand(fork, "am -3", [str(patch.path) for patch in patches])
 
@@ -1555,7 +1807,7 @@ def apply(fork_path: str) -> int:
     if not patches:
         return 0
     trial, lacking = trial_with_merge_bases(fork, series, patches)
-    if trial.stops:
+    if trial.conflicts:
         raise Refused(apply_conflicts_message(fork, series, patches, lacking, trial))
     count = f"{len(patches)} of the {len(series.patches)} patches"
     fast_forward(fork, trial.head, f"applied {count} to")
@@ -1564,6 +1816,7 @@ def apply(fork_path: str) -> int:
         review = f"`{fork.cd} git log -p {fork.head[:12]}..`"
         merged_patches = f"merged 3-way with your fork's changes: {names_of(merged)}"
         say(f"{merged_patches}; review them ({review})")
+    show_resolutions(fork, patches, trial)
     say("run the shipped tests on the fork's own tree, in its Python environment:")
     tests = " ".join(series.shipped_tests())
     print(f"    {fork.cd} PYTHONPATH=python python3 -m pytest {tests}")

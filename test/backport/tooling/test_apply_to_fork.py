@@ -265,7 +265,8 @@ def first_hunk(path: str, series: list[Path] = SERIES) -> tuple[int, list[str]]:
 
 
 def add_note_to_a_changed_line(fork: Path, path: str, note: str) -> None:
-    """Adds a comment to the first line the series changes in path: a conflict."""
+    """Adds a comment to the first line the series changes in path: a conflict in
+    comments only."""
     start, context = first_hunk(path)
     lines = (fork / path).read_text().splitlines(True)
     changed = start + len(context)
@@ -740,12 +741,15 @@ class TestApplying(ForkCase):
         write(fork / first_new_file, "upstream's own\n")
         (fork / STANDALONE).unlink()
         commit_everything(fork, "fork: change lines the backport changes")
+        # All or nothing: the conflicts in comments only, which the tool resolves
+        # where nothing else stops the series, are named as well.
+        comments = "(changed in your fork too, only in comments: take the series' side)"
         run = self.assert_refused(
             fork,
             "not even with a 3-way",
-            f"{SERIES[0].name}: {RUNTIME_CONTEXT} (changed in your fork too)",
-            f"{SCHEDULER} (changed in your fork too)",
-            f"{EAGLE} (changed in your fork too)",
+            f"{SERIES[0].name}: {RUNTIME_CONTEXT} {comments}",
+            f"{SCHEDULER} {comments}",
+            f"{EAGLE} {comments}",
             f"{STANDALONE} (deleted or moved in your fork)",
             f"{first_new_file} (your fork already has a file there)",
         )
