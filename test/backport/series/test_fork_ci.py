@@ -4,12 +4,14 @@ For each release with a series (v0.5.16, v0.5.15.post1 and v0.5.15, v0.5.14)
 one fork is made from the release's wheel and takes its line's series::
 
     vRELEASE --- 0001 --- 0002 --- 0003 --- 0004 --- C            <- main
-    (the wheel's python/sglang,  (git am -3 SERIES/*.patch)  C: an ordinary
-     the fork's linter config)                               commit, no write
+    (the wheel's python/sglang,  (git am -3 SERIES/*.patch)  C: the fork's
+     the fork's linter config)                               own change, no
+                                                             write
                                                   \\--- D           <- draft-write
-                                                  D: one more write onto the
-                                                  draft's ServerArgs, in
-                                                  EAGLEWorkerV2.__init__
+
+C extends the draft path as real forks do (``extend_the_draft_path``: the
+pipeline rank and groups read in ``Scheduler.maybe_init_draft_worker``); D
+adds one more write onto the draft's ServerArgs, in EAGLEWorkerV2.__init__.
 
 The jobs of SGLang's workflows at the cut (see shared/fork-ci-at-the-cut.md):
 
@@ -19,8 +21,9 @@ The jobs of SGLang's workflows at the cut (see shared/fork-ci-at-the-cut.md):
   ``test/run_suite.py``; its steps are the fork's own ``sglang.test.ci``:
   ``collect_tests(files, sanity_check=True)`` over ``test/registered/``, the
   files of the suite, then ``run_unittest_files``, each file as ``python3 FILE
-  -f``. In a depth-1 clone of C every file the series ships passes; in one of
-  D the shipped ratchet fails, naming the file and line;
+  -f``. In a depth-1 clone of C every file the series ships passes (the only
+  run of the shipped tests on a patched fork of each wheel); in one of D the
+  shipped ratchet fails, naming the file and line;
 - the lint job (``lint.yml``) runs ``pre-commit run --all-files``: every hook
   of ``pre-commit-hooks`` v6.0.0 the config lists (their console scripts, with
   git's file modes), ruff ``--select=F401,F821,UP037``, black, isort and
@@ -46,7 +49,7 @@ from collections import Counter
 from importlib import metadata
 
 import pytest
-from release_forks import git, release_fork, series_patches
+from release_forks import extend_the_draft_path, git, release_fork, series_patches
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 BIN = os.path.dirname(sys.executable)
@@ -278,16 +281,8 @@ class SeriesForkChecks:
         rows = [line.split("\t") for line in changes.splitlines()]
         cls.touched = sorted(path for status, path in rows)
         cls.added = sorted(path for status, path in rows if status == "A")
-        # C: an ordinary commit after the series, one that reads the config.
-        with open(
-            os.path.join(cls.fork, "python", "sglang", "srt", "fork_notes.py"), "w"
-        ) as fh:
-            fh.write(
-                "def context_length(server_args):\n"
-                "    return server_args.context_length\n"
-            )
-        git(cls.fork, "add", "-A")
-        git(cls.fork, "commit", "-q", "-m", "fork: an ordinary commit")
+        # C: the fork's own commit after the series.
+        extend_the_draft_path(cls.fork)
         # D, on a branch of its own.
         git(cls.fork, "switch", "-q", "-c", "draft-write")
         cls.draft_write = add_draft_side_write(cls.fork)
