@@ -12,8 +12,10 @@ line's series as a fork maintainer runs it::
 
 Then, in that fork:
 
-- the shipped tests pass: ``test_fork_ci.py`` runs them there as the fork's
-  CPU job does;
+- the shipped tests pass (``python -m pytest test/registered/unit``, the
+  fork's own ``sglang`` first on ``PYTHONPATH``), on a fork with nothing of
+  its own (``test_fork_ci.py`` runs them as the fork's CPU job does, on a
+  fork that extends the draft path);
 - at the release's tag, with only the shipped test files copied in, each of
   the test classes that pin the fix fails on its assertions: the regression
   proof of this line (``scripts/dev/test.sh`` proves the v0.5.16 series'
@@ -90,6 +92,11 @@ class ReleaseLineForkTests:
 
         self.assertEqual(len(log.splitlines()), len(line_patches(self.LINE)))
         self.assertEqual(git(self.fork, "status", "--porcelain"), "")
+
+    def test_the_shipped_tests_pass_on_the_patched_fork(self):
+        run = run_python(self.fork, "-m", "pytest", "-q", "test/registered/unit")
+
+        self.assertEqual(run.returncode, 0, run.stdout[-4000:] + run.stderr[-2000:])
 
     def test_each_regression_class_fails_on_the_release_as_released(self):
         release = os.path.join(self.tmp, "release")
