@@ -3,8 +3,8 @@
 and with its line's series: the first shows the leak, the second does not.
 
 For v0.5.14 and v0.5.15.post1 (the release whose series also serves v0.5.15)
-a fork is made from the released wheel's package and takes its line's series
-with ``git am -3``, as in ``test/backport/series/test_release_lines.py``.
+the shared fork of the release (``release_forks.shared_fork``: the wheel's
+package with its line's series) is cloned at ``series``.
 Each server is started by ``cpu_serving.py`` (the CPU settings and stand-ins
 declared there) with tiny local models, once with the release's package
 (``.build/releases/vVERSION``) and once with the fork's ``python/`` first on
@@ -36,10 +36,7 @@ sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "series")
 )
 
-from release_forks import (  # noqa: E402  # isort: skip  (on sys.path above)
-    fork_with_series,
-    release_package,
-)
+from release_forks import clone, wheel_package  # noqa: E402  # isort: skip
 
 _models_dir = None
 
@@ -69,8 +66,7 @@ def _tmp():
 
 def patched_fork(release):
     """A fork of the release with its line's series; returns its ``python/``."""
-    fork = os.path.join(_tmp(), release)
-    fork_with_series(fork, release, release)
+    fork = clone(release, "series", os.path.join(_tmp(), release))
     return os.path.join(fork, "python")
 
 
@@ -88,7 +84,7 @@ def _server_infos():
     for release in RELEASES:
         servers = {
             (release, "released"): serving.ServerProcess(
-                argv, release_package(release), config_only=True
+                argv, os.path.dirname(wheel_package(release)), config_only=True
             ),
             (release, "patched"): serving.ServerProcess(
                 argv, patched_fork(release), config_only=True
@@ -125,7 +121,7 @@ class ReleaseLineServerTests:
     ):
         info, packages = _server_infos()[(self.RELEASE, "released")]
 
-        package = os.path.join(release_package(self.RELEASE), "sglang")
+        package = wheel_package(self.RELEASE)
         self.assertEqual(packages, {package})
         self.assert_launched_with(info)
         scheduler = info["internal_states"][0]

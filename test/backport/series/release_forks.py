@@ -1,23 +1,59 @@
-"""Forks made from a released wheel's package, for the tests in this folder.
+"""Forks made from a released wheel's package, for the tests that need one.
 
 A fork is a git repository with the package as ``python/sglang`` in one
-commit, tagged with the release, as a maintainer's fork of that release is.
-The older releases' packages are unpacked by the set-up into
+commit, tagged with the release, as a maintainer's fork of that release is,
+with upstream's linter configuration at the root. ``shared_fork`` makes one
+per release, once, in ``.build/forks/``, with its line's series applied; every
+test that needs a fork of that release clones it (``clone``), so the many
+files of a release are copied and committed once per CI run, not once per
+test file. The older releases' packages are unpacked by the set-up into
 ``.build/releases/vVERSION/sglang``.
 
-``extend_the_draft_path`` is a fork's own commit as real forks make it: one
+The shared fork's branches::
+
+    vRELEASE --- 0001 ... 0004 --- C             <- main
+    (the wheel's     (git am -3)  \\               <- series (the fork with
+     python/sglang)                \\                  nothing of its own)
+                                    \\--- D        <- draft-write
+
+C is a fork's own commit that extends the draft path as real forks do: one
 that added speculative pipeline parallelism reads the pipeline rank off the
 scheduler's parallel state, the pipeline group off the target worker and off
-its model runner, in ``Scheduler.maybe_init_draft_worker``.
+its model runner, in ``Scheduler.maybe_init_draft_worker``. D adds writes
+onto a ``ServerArgs`` on the draft side, each in a form the shipped ratchet
+must catch (``DRAFT_SIDE_WRITES``).
 """
 
+import ast
+import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
+import sys
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+FORKS = os.path.join(REPO, ".build", "forks")
 IDENTITY = ("-c", "user.name=Fork Maintainer", "-c", "user.email=fork@example.invalid")
 SCHEDULER = "python/sglang/srt/managers/scheduler.py"
+EAGLE_WORKER_V2 = "python/sglang/srt/speculative/eagle_worker_v2.py"
+
+# Every release with a series, and the series' folder under patches/.
+LINES = {
+    "v0.5.16": "v0.5.16",
+    "v0.5.15.post1": "v0.5.15.post1",
+    "v0.5.15": "v0.5.15.post1",
+    "v0.5.14": "v0.5.14",
+}
+
+# Upstream's .isort.cfg at the root of the tree, and a codespell configuration
+# with no ignored words (stricter than the fork's .codespellrc). Black has no
+# configuration there.
+FORK_CONFIG = {
+    ".isort.cfg": "[settings]\nprofile=black\nknown_first_party=sglang\n",
+    ".codespellrc": "[codespell]\n",
+}
+
 # Where the extension goes in maybe_init_draft_worker, on every release: after
 # the draft worker's kwargs, before the draft load format is handled.
 KWARGS_END = "        )\n\n"
@@ -30,6 +66,42 @@ EXTENSION = """\
         self.draft_on_last_stage = self.tp_worker.model_runner.pp_group.is_last_rank
 
 """
+
+# D's writes: (file, the class and function whose body they open, or None for
+# the end of the file, the lines, and the line of each write among them).
+DRAFT_SIDE_WRITES = (
+    (
+        EAGLE_WORKER_V2,
+        ("EAGLEWorkerV2", "__init__"),
+        ["server_args.context_length = 1"],
+        [0],
+    ),
+    (
+        SCHEDULER,
+        ("Scheduler", "maybe_init_draft_worker"),
+        [
+            "setattr(",
+            "    self.server_args,",
+            '    "speculative_num_steps",',
+            "    1,",
+            ")",
+        ],
+        [0],
+    ),
+    (
+        EAGLE_WORKER_V2,
+        None,
+        [
+            "",
+            "",
+            "def fork_draft_defaults(server_args):",
+            '    """The fork\'s defaults for the draft."""',
+            "    cfg = server_args",
+            "    cfg.speculative_num_draft_tokens = 2",
+        ],
+        [5],
+    ),
+)
 
 
 def git(cwd, *args):
@@ -51,6 +123,22 @@ def series_patches(folder):
     )
 
 
+def line_patches(release):
+    """The patch files of ``release``'s series."""
+    return series_patches(os.path.join(REPO, "patches", LINES[release]))
+
+
+def wheel_package(release):
+    """The released wheel's ``sglang`` package, as the set-up unpacked it."""
+    if release == "v0.5.16":
+        package = os.path.join(REPO, ".build", "pristine", "sglang")
+    else:
+        package = os.path.join(REPO, ".build", "releases", release, "sglang")
+    if not os.path.isdir(package):
+        raise AssertionError(f"no {package}; run scripts/dev/setup.sh first")
+    return package
+
+
 def release_fork(top, package, release, files=None):
     """Make a fork of ``package`` at ``top``, tagged ``release``; ``files``
     ({path: text}) are committed with it (the fork's own configuration)."""
@@ -68,21 +156,6 @@ def release_fork(top, package, release, files=None):
     git(top, "tag", release)
 
 
-def release_package(release):
-    """The folder holding ``release``'s ``sglang`` package as released."""
-    package = os.path.join(REPO, ".build", "releases", release)
-    if not os.path.isdir(os.path.join(package, "sglang")):
-        raise AssertionError(f"no {package}; run scripts/dev/setup.sh first")
-    return package
-
-
-def fork_with_series(top, release, line):
-    """Make a fork of ``release`` at ``top`` and apply the series of ``line``
-    (its folder under ``patches/``) with ``git am -3``, as a maintainer does."""
-    release_fork(top, os.path.join(release_package(release), "sglang"), release)
-    git(top, "am", "-3", *series_patches(os.path.join(REPO, "patches", line)))
-
-
 def extend_the_draft_path(fork):
     """Commit the fork's own change to maybe_init_draft_worker."""
     path = os.path.join(fork, SCHEDULER)
@@ -94,3 +167,159 @@ def extend_the_draft_path(fork):
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(source.replace(anchor, KWARGS_END + EXTENSION + LOAD_FORMAT))
     git(fork, "commit", "-q", "-am", "fork: the draft on the last pipeline stage")
+
+
+def first_line_of(source, where):
+    """The index in ``source``'s lines of the first statement of the function
+    ``where`` (class, function), and its indentation."""
+    class_name, function_name = where
+    tree = ast.parse(source)
+    owner = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.ClassDef) and node.name == class_name
+    )
+    function = next(
+        node for node in owner.body if getattr(node, "name", "") == function_name
+    )
+    first = function.body[0]
+    return first.lineno - 1, " " * first.col_offset
+
+
+def add_the_draft_side_writes(fork):
+    """Commit ``DRAFT_SIDE_WRITES``, each file's top to bottom; return the
+    "path:line:" of each write, as the ratchet names it."""
+    sites = []
+    for rel, where, lines, writes in DRAFT_SIDE_WRITES:
+        path = os.path.join(fork, rel)
+        with open(path, encoding="utf-8") as fh:
+            source = fh.read()
+        old = source.splitlines(keepends=True)
+        if where is None:
+            at, indent = len(old), ""
+        else:
+            at, indent = first_line_of(source, where)
+        new = [(indent + line).rstrip() + "\n" for line in lines]
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.writelines(old[:at] + new + old[at:])
+        sites.extend(f"{rel}:{at + write + 1}:" for write in writes)
+    git(fork, "commit", "-q", "-am", "spec: the draft writes onto the target")
+    return sites
+
+
+def series_stamp(release):
+    """What a shared fork is made from: the series and this module."""
+    digest = hashlib.sha256(release.encode())
+    for path in [__file__, *line_patches(release)]:
+        with open(path, "rb") as fh:
+            digest.update(fh.read())
+    return digest.hexdigest()
+
+
+def shared_fork(release):
+    """The fork of ``release`` with its line's series (the branches above),
+    made once in ``.build/forks/RELEASE`` and remade when the series or this
+    module changes. Clone it; never change it."""
+    top = os.path.join(FORKS, release)
+    stamp = series_stamp(release)
+    os.makedirs(FORKS, exist_ok=True)
+    # One test process makes it; the others wait here for it.
+    with open(top + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = os.path.join(top, ".git", "backport-stamp")
+        if os.path.isfile(done):
+            with open(done, encoding="utf-8") as fh:
+                if fh.read() == stamp:
+                    return top
+        shutil.rmtree(top, ignore_errors=True)
+        release_fork(top, wheel_package(release), release, FORK_CONFIG)
+        git(top, "am", "-3", *line_patches(release))
+        git(top, "branch", "series")
+        extend_the_draft_path(top)
+        git(top, "switch", "-q", "-c", "draft-write")
+        sites = add_the_draft_side_writes(top)
+        git(top, "switch", "-q", "main")
+        with open(os.path.join(top, ".git", "draft-write-sites"), "w") as fh:
+            fh.write("\n".join(sites))
+        with open(done, "w", encoding="utf-8") as fh:
+            fh.write(stamp)
+    return top
+
+
+def clone(release, branch, dest, depth=None):
+    """A clone of ``release``'s shared fork at ``branch`` (a branch or tag) in
+    ``dest``: with ``depth``, a shallow one as actions/checkout@v4 makes it;
+    else one that borrows the shared fork's objects."""
+    fork = shared_fork(release)
+    if depth:
+        source = ["--depth", str(depth), f"file://{fork}"]
+    else:
+        source = ["--shared", fork]
+    git(REPO, "clone", "-q", "-b", branch, *source, dest)
+    return dest
+
+
+def draft_side_write_sites(release):
+    """The "path:line:" of each of D's writes in ``release``'s shared fork."""
+    with open(os.path.join(shared_fork(release), ".git", "draft-write-sites")) as fh:
+        return fh.read().split("\n")
+
+
+# The CPU test job of the fork's pr-test.yml runs ``cd test && python3
+# run_suite.py --hw cpu --suite base-a-test-cpu``. The wheel has no
+# test/run_suite.py; these are its steps with the fork's own sglang.test.ci:
+# every file under test/registered/ collected with the sanity check, and the
+# suite's files run each as its own ``python3 FILE -f`` (run_unittest_files).
+# With "--one-interpreter" the selected files run in this interpreter instead,
+# which has imported sglang once; with a path after the suite, that file
+# alone runs.
+RUN_SUITE = """
+import glob, os, sys
+from sglang.test.ci.ci_register import HWBackend, collect_tests
+from sglang.test.ci.ci_utils import run_unittest_files
+
+suite, how, only = sys.argv[1], sys.argv[2], sys.argv[3:]
+files = [
+    f
+    for f in glob.glob(os.path.abspath("registered/**/*.py"), recursive=True)
+    if not f.endswith(("/conftest.py", "/__init__.py"))
+]
+tests = [
+    t
+    for t in collect_tests(files, sanity_check=True)
+    if t.backend == HWBackend.CPU
+    and t.effective_suite == suite
+    and not t.nightly
+    and t.disabled is None
+]
+print("selected:", " ".join(sorted(os.path.relpath(t.filename) for t in tests)))
+if only:
+    tests = [t for t in tests if os.path.relpath(t.filename) in only]
+if how == "--one-interpreter":
+    import pytest
+
+    paths = [t.filename for t in tests]
+    sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", *paths]))
+sys.exit(run_unittest_files(tests, timeout_per_file=1200))
+"""
+SHIPPED_SUITE = "base-a-test-cpu"
+
+
+def run_suite(clone, how, *only):
+    """Run the CPU job's steps in ``clone/test`` as the job does (python3 is
+    the venv's, the clone's python/ its installed sglang), ``how`` being
+    "--each-file" (the runner's way) or "--one-interpreter"; ``only``: the
+    files (under test/) to run of those selected. Returns the output and
+    exit status."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env["PYTHONPATH"] = os.path.join(clone, "python")
+    proc = subprocess.run(
+        ["python3", "-c", RUN_SUITE, SHIPPED_SUITE, how, *only],
+        cwd=os.path.join(clone, "test"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    return proc.stdout + proc.stderr, proc.returncode

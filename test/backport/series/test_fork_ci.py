@@ -1,29 +1,24 @@
 """A fork's own CI stays green with the series, as its workflows run it.
 
-For each release with a series (v0.5.16, v0.5.15.post1 and v0.5.15, v0.5.14)
-one fork is made from the release's wheel and takes its line's series::
-
-    vRELEASE --- 0001 --- 0002 --- 0003 --- 0004 --- C            <- main
-    (the wheel's python/sglang,  (git am -3 SERIES/*.patch)  C: the fork's
-     the fork's linter config)                               own change, no
-                                                             write
-                                                  \\--- D           <- draft-write
-
-C extends the draft path as real forks do (``extend_the_draft_path``: the
-pipeline rank and groups read in ``Scheduler.maybe_init_draft_worker``); D
-adds one more write onto the draft's ServerArgs, in EAGLEWorkerV2.__init__.
+For each series (v0.5.16, v0.5.15.post1 and v0.5.14) the shared fork of its
+release is cloned (``release_forks.shared_fork``: the wheel's package, the
+series applied with ``git am -3``, C, a fork's own commit that extends the
+draft path, and D, on a branch of its own, writes onto a ``ServerArgs`` on the
+draft side in each form the shipped ratchet must catch: in a worker's
+``__init__``, in ``Scheduler.maybe_init_draft_worker`` split across lines by
+black's layout, and through a local name in a function of
+``srt/speculative/``).
 
 The jobs of SGLang's workflows at the cut (see shared/fork-ci-at-the-cut.md):
 
 - the CPU test job (``pr-test.yml``, ``base-a-test-cpu``) checks out the
   commit with ``actions/checkout@v4``, a depth-1 clone, and runs ``cd test &&
-  python3 run_suite.py --hw cpu --suite base-a-test-cpu``. The wheel has no
-  ``test/run_suite.py``; its steps are the fork's own ``sglang.test.ci``:
-  ``collect_tests(files, sanity_check=True)`` over ``test/registered/``, the
-  files of the suite, then ``run_unittest_files``, each file as ``python3 FILE
-  -f``. In a depth-1 clone of C every file the series ships passes (the only
-  run of the shipped tests on a patched fork of each wheel); in one of D the
-  shipped ratchet fails, naming the file and line;
+  python3 run_suite.py --hw cpu --suite base-a-test-cpu``
+  (``release_forks.RUN_SUITE``: its steps with the fork's own
+  ``sglang.test.ci``). In a depth-1 clone of D, the runner's own way, each file
+  as its own ``python3 FILE -f`` process, runs the shipped ratchet and turns
+  red, naming every write by file and line. That every shipped file passes in
+  a depth-1 clone of C, on every release, is in ``test_release_lines.py``;
 - the lint job (``lint.yml``) runs ``pre-commit run --all-files``: every hook
   of ``pre-commit-hooks`` v6.0.0 the config lists (their console scripts, with
   git's file modes), ruff ``--select=F401,F821,UP037``, black, isort and
@@ -33,6 +28,9 @@ The jobs of SGLang's workflows at the cut (see shared/fork-ci-at-the-cut.md):
 - the fork's own ratchets (upstream's ratchet tests at the line's cut, each an
   exact pin): counted with their rules, the series changes no count that one
   of them pins, and makes no other count grow.
+
+These run once per series, on the release the series is made from: a
+release a series also serves (v0.5.15) gets its series' files as they are.
 """
 
 import ast
@@ -48,10 +46,14 @@ import unittest
 from collections import Counter
 from importlib import metadata
 
-import pytest
-from release_forks import extend_the_draft_path, git, release_fork, series_patches
+from release_forks import (
+    SHIPPED_SUITE,
+    clone,
+    draft_side_write_sites,
+    git,
+    run_suite,
+)
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 BIN = os.path.dirname(sys.executable)
 
 # The per-commit CPU suites of SGLang's runner at the v0.5.16 cut: upstream's
@@ -63,35 +65,7 @@ PER_COMMIT_CPU_SUITES = (
     "base-c-test-cpu",
     "base-b-test-cpu-arm64",
 )
-# Where the fork's own spec and server-args unit tests register.
-SHIPPED_SUITE = "base-a-test-cpu"
 RATCHET_TEST = "test/registered/unit/test_server_args_write_sites_ratchet.py"
-
-# The steps of run_suite.py's run_a_suite, run from the clone's test/ folder
-# with the fork's own sglang: every file under test/registered/ collected with
-# the sanity check, those of the suite run one process each.
-RUN_SUITE = """
-import glob, os, sys
-from sglang.test.ci.ci_register import HWBackend, collect_tests
-from sglang.test.ci.ci_utils import run_unittest_files
-
-suite = sys.argv[1]
-files = [
-    f
-    for f in glob.glob(os.path.abspath("registered/**/*.py"), recursive=True)
-    if not f.endswith(("/conftest.py", "/__init__.py"))
-]
-tests = [
-    t
-    for t in collect_tests(files, sanity_check=True)
-    if t.backend == HWBackend.CPU
-    and t.effective_suite == suite
-    and not t.nightly
-    and t.disabled is None
-]
-print("selected:", " ".join(sorted(os.path.relpath(t.filename) for t in tests)))
-sys.exit(run_unittest_files(tests, timeout_per_file=1200))
-"""
 
 # The linters of the fork's .pre-commit-config.yaml at the v0.5.16 cut (the
 # same at the v0.5.14 to v0.5.15.post1 cuts), and
@@ -105,11 +79,6 @@ LINTER_PINS = {
     "pre-commit-hooks": "6.0.0",
 }
 RUFF_RULES = "F401,F821,UP037"
-# Upstream's .isort.cfg at the root of the tree. Black has no configuration
-# there. Codespell runs here with no ignored words, which is stricter than the
-# fork's .codespellrc.
-ISORT_CFG = "[settings]\nprofile=black\nknown_first_party=sglang\n"
-CODESPELL_RC = "[codespell]\n"
 # The pre-commit-hooks ids of the config at the cut, as console scripts with
 # their arguments, and the files pre-commit hands each (its `types`). Two are
 # made strict: check-added-large-files checks every file, not only those
@@ -223,28 +192,6 @@ def fork_ratchet_counts(tree):
     return counts
 
 
-def add_draft_side_write(fork):
-    """Write ``server_args.context_length = 1`` as the first statement of
-    EAGLEWorkerV2.__init__; its "python/sglang/...:line:"."""
-    rel = "python/sglang/srt/speculative/eagle_worker_v2.py"
-    path = os.path.join(fork, rel)
-    with open(path, encoding="utf-8") as fh:
-        lines = fh.read().splitlines(keepends=True)
-    tree = ast.parse("".join(lines))
-    worker = next(
-        node
-        for node in tree.body
-        if isinstance(node, ast.ClassDef) and node.name == "EAGLEWorkerV2"
-    )
-    init = next(node for node in worker.body if getattr(node, "name", "") == "__init__")
-    first = init.body[0]
-    indent = " " * first.col_offset
-    lines.insert(first.lineno - 1, f"{indent}server_args.context_length = 1\n")
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.writelines(lines)
-    return f"{rel}:{first.lineno}:"
-
-
 def load_fork_module(tree, rel):
     """A module of the fork's tree, loaded from its file (as the fork's
     check_registered_tests.py loads ci_register.py: without sglang's imports)."""
@@ -257,112 +204,57 @@ def load_fork_module(tree, rel):
 
 
 class SeriesForkChecks:
-    """A fork of RELEASE with SERIES applied, the release beside it, and the
-    clones the workflows make (mixed into one unittest.TestCase per release)."""
+    """A clone of RELEASE's shared fork with its series, the release beside
+    it, and the clones the workflows make (mixed into one unittest.TestCase
+    per series)."""
 
-    PACKAGE = ""  # the release's sglang package, from the wheel
-    RELEASE = ""  # its tag
-    SERIES = ""  # the series' folder
+    RELEASE = ""  # the release the series is made from
     PINNED_RATCHETS = ()  # the fork's own ratchets at this line's cut
 
     @classmethod
     def setUpClass(cls):
-        if not os.path.isdir(cls.PACKAGE):
-            pytest.fail(f"no {cls.PACKAGE}; run scripts/dev/setup.sh first")
         cls.tmp = tempfile.mkdtemp(prefix="fork-ci-")
-        cls.fork = os.path.join(cls.tmp, "fork")
-        cls.release = os.path.join(cls.tmp, "release")
-        config = {".isort.cfg": ISORT_CFG, ".codespellrc": CODESPELL_RC}
-        release_fork(cls.fork, cls.PACKAGE, cls.RELEASE, config)
-        git(cls.fork, "am", "-3", *series_patches(cls.SERIES))
+        # The lint job's checkout: the whole history (fetch-depth: 0).
+        cls.fork = clone(cls.RELEASE, "main", os.path.join(cls.tmp, "fork"))
+        cls.release = clone(cls.RELEASE, cls.RELEASE, os.path.join(cls.tmp, "release"))
         changes = git(
-            cls.fork, "diff", "--name-status", "--no-renames", cls.RELEASE, "HEAD"
+            cls.fork,
+            "diff",
+            "--name-status",
+            "--no-renames",
+            cls.RELEASE,
+            "origin/series",
         )
         rows = [line.split("\t") for line in changes.splitlines()]
         cls.touched = sorted(path for status, path in rows)
         cls.added = sorted(path for status, path in rows if status == "A")
-        # C: the fork's own commit after the series.
-        extend_the_draft_path(cls.fork)
-        # D, on a branch of its own.
-        git(cls.fork, "switch", "-q", "-c", "draft-write")
-        cls.draft_write = add_draft_side_write(cls.fork)
-        git(cls.fork, "commit", "-q", "-am", "spec: the draft writes onto the target")
-        git(cls.fork, "switch", "-q", "main")
-        git(cls.fork, "worktree", "add", "-q", "--detach", cls.release, cls.RELEASE)
 
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def checkout(self, branch, depth=None):
-        """A clone of the fork at ``branch``, as actions/checkout@v4 makes it:
-        depth 1 for the test job, the whole history (fetch-depth: 0) for lint."""
-        clone = tempfile.mkdtemp(dir=self.tmp)
-        options = ["--depth", str(depth)] if depth else []
-        git(
-            self.tmp,
-            "clone",
-            "-q",
-            *options,
-            "-b",
-            branch,
-            f"file://{self.fork}",
-            clone,
-        )
-        return clone
-
-    def run_in(self, clone, *argv, cwd="test"):
-        """Run ``argv`` in ``clone/cwd`` as the CPU job does: python3 is the
-        venv's, and the fork's python/ is its installed sglang."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-        env["PATH"] = BIN + os.pathsep + env.get("PATH", "")
-        env["PYTHONPATH"] = os.path.join(clone, "python")
-        return subprocess.run(
-            argv,
-            cwd=os.path.join(clone, cwd),
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=1800,
-        )
-
     # The CPU test job.
 
-    def test_the_cpu_job_passes_every_shipped_file_in_a_depth_1_clone(self):
-        clone = self.checkout("main", depth=1)
-        self.assertEqual(git(clone, "rev-parse", "--is-shallow-repository"), "true\n")
+    def test_the_runner_fails_on_each_draft_side_write_in_a_depth_1_clone(self):
+        checkout = clone(
+            self.RELEASE, "draft-write", os.path.join(self.tmp, "d"), depth=1
+        )
 
-        run = self.run_in(clone, "python3", "-c", RUN_SUITE, SHIPPED_SUITE)
+        said, returncode = run_suite(
+            checkout, "--each-file", os.path.relpath(RATCHET_TEST, "test")
+        )
 
-        said = run.stdout + run.stderr
-        self.assertEqual(run.returncode, 0, said[-6000:])
-        shipped = [p for p in self.added if p.startswith("test/registered/")]
-        selected = re.search(r"^selected: (.*)$", said, re.M).group(1).split()
-        self.assertEqual(sorted(selected), sorted(p[len("test/") :] for p in shipped))
-        self.assertIn(f"Test Summary: {len(shipped)}/{len(shipped)} passed", said)
-
-    def test_a_draft_side_write_fails_the_shipped_ratchet_in_a_depth_1_clone(self):
-        clone = self.checkout("draft-write", depth=1)
-
-        run = self.run_in(clone, "python3", RATCHET_TEST, "-f", cwd="")
-
-        said = run.stdout + run.stderr
-        self.assertNotEqual(run.returncode, 0, said[-4000:])
+        self.assertNotEqual(returncode, 0, said[-4000:])
+        # The runner's own way: the file in a process of its own.
+        self.assertIn(f"python3 {os.path.join(checkout, RATCHET_TEST)}", said)
         self.assertIn(
             "new writes onto a ServerArgs on the speculative draft side", said
         )
-        self.assertIn(
-            f"{self.draft_write} server_args.context_length = 1"
-            "  [assign in EAGLEWorkerV2.__init__]",
-            said,
-        )
+        for site in draft_side_write_sites(self.RELEASE):
+            with self.subTest(site=site):
+                self.assertIn(site, said)
 
     # The lint job.
-
-    def test_the_linters_are_the_forks_pinned_versions(self):
-        for name, version in LINTER_PINS.items():
-            with self.subTest(linter=name):
-                self.assertEqual(metadata.version(name), version)
 
     def files_of_type(self, tree, kind):
         """The files the series adds or touches that pre-commit hands a hook
@@ -389,18 +281,19 @@ class SeriesForkChecks:
         return found
 
     def test_every_pre_commit_hook_passes_on_the_files_the_series_adds_or_touches(self):
-        clone = self.checkout("main")
+        # A checkout of its own: the fixers among them must leave it as it is.
+        checkout = clone(self.RELEASE, "main", os.path.join(self.tmp, "hooks"))
         for argv, kind in PRE_COMMIT_HOOKS:
-            files = self.files_of_type(clone, kind)
+            files = self.files_of_type(checkout, kind)
             with self.subTest(hook=argv[0]):
                 proc = subprocess.run(
                     [os.path.join(BIN, argv[0]), *argv[1:], *files],
-                    cwd=clone,
+                    cwd=checkout,
                     capture_output=True,
                     text=True,
                 )
                 self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
-                self.assertEqual(git(clone, "status", "--porcelain"), "")
+                self.assertEqual(git(checkout, "status", "--porcelain"), "")
 
     def test_the_shebang_script_the_series_adds_is_executable_in_git(self):
         stage = git(self.fork, "ls-files", "-s", "scripts/ratchet/writer_ratchet.py")
@@ -534,32 +427,26 @@ V0_5_16_RATCHETS = (
 V0_5_15_RATCHETS = ("get_global_server_args", "set_global_server_args_for_*")
 
 
+class TestTheForksLinters(unittest.TestCase):
+    def test_the_linters_are_the_forks_pinned_versions(self):
+        for name, version in LINTER_PINS.items():
+            with self.subTest(linter=name):
+                self.assertEqual(metadata.version(name), version)
+
+
 class TestTheV0_5_16Series(SeriesForkChecks, unittest.TestCase):
-    PACKAGE = os.path.join(REPO, ".build", "pristine", "sglang")
     RELEASE = "v0.5.16"
-    SERIES = os.path.join(REPO, "patches", "v0.5.16")
     PINNED_RATCHETS = V0_5_16_RATCHETS
 
 
 class TestTheV0_5_15Post1Series(SeriesForkChecks, unittest.TestCase):
-    PACKAGE = os.path.join(REPO, ".build", "releases", "v0.5.15.post1", "sglang")
     RELEASE = "v0.5.15.post1"
-    SERIES = os.path.join(REPO, "patches", "v0.5.15.post1")
-    PINNED_RATCHETS = V0_5_15_RATCHETS
-
-
-class TestTheV0_5_15Post1SeriesOnV0_5_15(SeriesForkChecks, unittest.TestCase):
-    PACKAGE = os.path.join(REPO, ".build", "releases", "v0.5.15", "sglang")
-    RELEASE = "v0.5.15"
-    SERIES = os.path.join(REPO, "patches", "v0.5.15.post1")
     PINNED_RATCHETS = V0_5_15_RATCHETS
 
 
 class TestTheV0_5_14Series(SeriesForkChecks, unittest.TestCase):
     # No ratchet test at the v0.5.14 cut.
-    PACKAGE = os.path.join(REPO, ".build", "releases", "v0.5.14", "sglang")
     RELEASE = "v0.5.14"
-    SERIES = os.path.join(REPO, "patches", "v0.5.14")
 
 
 if __name__ == "__main__":

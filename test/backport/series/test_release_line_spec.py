@@ -2,8 +2,9 @@
 each older release line.
 
 For v0.5.14 and v0.5.15.post1 (the release whose series also serves v0.5.15)
-a fork is made from the released wheel's package and takes its line's series
-with ``git am -3``, as in ``test_release_lines.py``. Then, with this process's
+the shared fork of the release (``release_forks.shared_fork``: the wheel's
+package with its line's series) is cloned at ``series``, the fork with
+nothing of its own. Then, with this process's
 venv and pytest and the fork's ``python/`` first on ``PYTHONPATH``, both
 releases' runs at once:
 
@@ -28,7 +29,7 @@ import sys
 import tempfile
 import unittest
 
-from release_forks import REPO, fork_with_series
+from release_forks import REPO, clone
 
 MATRIX = "test/backport/spec/test_draft_worker_matrix.py"
 REAL_CONSTRUCTION = "test/backport/spec/test_real_draft_construction_cpu.py"
@@ -51,8 +52,7 @@ def _runs():
     The runs go at once, one per core; each imports sglang in two processes."""
     runs = {}
     for release in RELEASES:
-        fork = os.path.join(_tmp(), release)
-        fork_with_series(fork, release, release)
+        fork = clone(release, "series", os.path.join(_tmp(), release))
         env = dict(os.environ, PYTHONPATH=os.path.join(fork, "python"))
         runs[release] = subprocess.Popen(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]

@@ -1,125 +1,137 @@
-"""The series of the older release lines, in forks made from their wheels.
+"""Every release with a series, in a fork made from its wheel.
 
-``patches/v0.5.15.post1/`` is the series for the v0.5.15 line (its
-``Applies-To:`` trailer names v0.5.15 and v0.5.15.post1) and
-``patches/v0.5.14/`` the one for v0.5.14, each written for its line's code.
-For each release a fork is made from the released wheel's package
-(``.build/releases/vVERSION/sglang``, unpacked by the set-up) and takes its
-line's series as a fork maintainer runs it::
+For each release ``release_forks.LINES`` names, the shared fork of the release
+(``release_forks.shared_fork``: the wheel's package, its line's series applied
+with ``git am -3``, and C, a fork's own commit that reads more of the scheduler
+and the target worker in ``Scheduler.maybe_init_draft_worker``) is cloned as
+the fork's CI clones it. Then:
 
-    vVERSION --- 0001 --- 0002 --- 0003 --- 0004
-    (the wheel's python/sglang)   (git am -3 patches/LINE/*.patch)
-
-Then, in that fork:
-
-- the shipped tests pass (``python -m pytest test/registered/unit``, the
-  fork's own ``sglang`` first on ``PYTHONPATH``), on a fork with nothing of
-  its own (``test_fork_ci.py`` runs them as the fork's CPU job does, on a
-  fork that extends the draft path);
-- at the release's tag, with only the shipped test files copied in, each of
-  the test classes that pin the fix fails on its assertions: the regression
-  proof of this line (``scripts/dev/test.sh`` proves the v0.5.16 series'
-  against ``.build/pristine``);
+- the series applies as one commit per patch;
+- the fork's CPU job (``cd test && python3 run_suite.py --hw cpu --suite
+  base-a-test-cpu``), in a depth-1 clone of C: the runner's collection, with
+  its sanity check, selects exactly the test files the series adds, and they
+  pass. They run in the one interpreter that collected them (importing sglang
+  takes 10 to 15 s a process here); that the runner's own way, a process per
+  file, runs them and turns red on a failure is checked once per series, in
+  ``test_fork_ci.py``;
+- on the older lines, at the release's tag with only the shipped test files
+  copied in, each test class that pins the fix fails on its assertions (the
+  draft's values on the target's config), not on a name the release lacks.
+  The v0.5.16 series' classes are proven on the release by
+  ``scripts/dev/test.sh``, against ``.build/pristine``;
 - the ratchet script the series ships is this repository's, file for file
   (its check's pin, ``_BASELINE``, is the line's own).
+
+What adding a release costs is a class here: a fork made from its wheel (once
+per run, shared), and two processes that import its sglang.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import unittest
 
-from release_forks import REPO, fork_with_series, git, series_patches
+from release_forks import REPO, clone, git, line_patches, run_suite, shared_fork
 
 RATCHET_FILES = ("scripts/ratchet/writer_ratchet.py",)
-# The shipped test classes that pin the fix on each line: each fails on the
-# release as released, on its assertions (the draft's context length, load
+SHIPPED_TESTS = (
+    "test/registered/unit/spec/test_draft_server_args.py",
+    "test/registered/unit/spec/test_eagle_draft_server_args.py",
+    "test/registered/unit/model_executor/test_draft_load_config.py",
+)
+# The shipped test classes that pin the fix on the older lines: each fails on
+# the release as released, on its assertions (the draft's context length, load
 # format or token map on the target's config, or the draft's load-time
 # declarations reaching it).
-REGRESSION_CLASSES = {
-    "test/registered/unit/spec/test_draft_server_args.py": (
-        "TestSchedulerDraftHandoff",
-    ),
-    "test/registered/unit/spec/test_eagle_draft_server_args.py": (
-        "TestEagleDraftLeavesTheTargetAlone",
-        "TestOtherDraftWorkersLeaveTheTargetAlone",
-    ),
-    "test/registered/unit/model_executor/test_draft_load_config.py": (
-        "TestDraftLoadConfig",
-    ),
-}
+OLDER_LINES_REGRESSION_CLASSES = (
+    f"{SHIPPED_TESTS[0]}::TestSchedulerDraftHandoff",
+    f"{SHIPPED_TESTS[1]}::TestEagleDraftLeavesTheTargetAlone",
+    f"{SHIPPED_TESTS[1]}::TestOtherDraftWorkersLeaveTheTargetAlone",
+    f"{SHIPPED_TESTS[2]}::TestDraftLoadConfig",
+)
 
 
-def line_patches(line):
-    """The patch files of a line's series, in the order they apply."""
-    return series_patches(os.path.join(REPO, "patches", line))
+class ReleaseLineTests:
+    """The shared fork of RELEASE, cloned (mixed into one unittest.TestCase
+    per release)."""
 
-
-def run_python(cwd, *argv):
-    """Run the venv's Python in ``cwd`` with ``cwd/python`` first on the path."""
-    env = dict(os.environ, PYTHONPATH=os.path.join(cwd, "python"))
-    return subprocess.run(
-        [sys.executable, *argv],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
-class ReleaseLineForkTests:
-    """A fork of RELEASE with the series of LINE applied, and the release
-    beside it (mixed into one unittest.TestCase per release)."""
-
-    LINE = ""  # the series' folder under patches/
     RELEASE = ""
 
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix=f"release-line-{cls.RELEASE}-")
-        cls.fork = os.path.join(cls.tmp, "fork")
-        fork_with_series(cls.fork, cls.RELEASE, cls.LINE)
+        cls.fork = shared_fork(cls.RELEASE)
 
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def test_the_series_applies_as_one_commit_per_patch(self):
-        log = git(self.fork, "log", "--format=%s", f"{self.RELEASE}..HEAD")
+        log = git(self.fork, "log", "--format=%s", f"{self.RELEASE}..series")
 
-        self.assertEqual(len(log.splitlines()), len(line_patches(self.LINE)))
-        self.assertEqual(git(self.fork, "status", "--porcelain"), "")
+        self.assertEqual(len(log.splitlines()), len(line_patches(self.RELEASE)))
 
-    def test_the_shipped_tests_pass_on_the_patched_fork(self):
-        run = run_python(self.fork, "-m", "pytest", "-q", "test/registered/unit")
+    def test_the_cpu_job_passes_every_shipped_file_in_a_depth_1_clone(self):
+        checkout = clone(self.RELEASE, "main", os.path.join(self.tmp, "c"), depth=1)
+        self.assertEqual(
+            git(checkout, "rev-parse", "--is-shallow-repository"), "true\n"
+        )
 
-        self.assertEqual(run.returncode, 0, run.stdout[-4000:] + run.stderr[-2000:])
+        said, returncode = run_suite(checkout, "--one-interpreter")
+
+        self.assertEqual(returncode, 0, said[-6000:])
+        added = git(
+            self.fork, "diff", "--name-only", "--diff-filter=A", self.RELEASE, "main"
+        )
+        shipped = [p for p in added.split() if p.startswith("test/registered/")]
+        selected = re.search(r"^selected: (.*)$", said, re.M).group(1).split()
+        self.assertEqual(sorted(selected), sorted(p[len("test/") :] for p in shipped))
+        self.assertRegex(said, r"\n\d+ passed")
+
+    def test_the_ratchet_it_ships_is_this_repositorys(self):
+        for path in RATCHET_FILES:
+            with self.subTest(path=path):
+                shipped = git(self.fork, "show", f"main:{path}")
+                with open(os.path.join(REPO, path), encoding="utf-8") as fh:
+                    ours = fh.read()
+                self.assertEqual(shipped, ours)
+
+
+class RegressionAtTheRelease:
+    """The shipped tests' regression classes at RELEASE as released."""
+
+    RELEASE = ""
+    REGRESSION_CLASSES = OLDER_LINES_REGRESSION_CLASSES
 
     def test_each_regression_class_fails_on_the_release_as_released(self):
-        release = os.path.join(self.tmp, "release")
-        git(self.fork, "worktree", "add", "-q", "--detach", release, self.RELEASE)
-        for path in REGRESSION_CLASSES:
+        release = clone(self.RELEASE, self.RELEASE, os.path.join(self.tmp, "r"))
+        for path in SHIPPED_TESTS:
             os.makedirs(os.path.dirname(os.path.join(release, path)), exist_ok=True)
-            shutil.copy(os.path.join(self.fork, path), os.path.join(release, path))
+            with open(os.path.join(release, path), "w", encoding="utf-8") as fh:
+                fh.write(git(self.fork, "show", f"main:{path}"))
 
-        node_ids = [
-            f"{path}::{name}"
-            for path, classes in REGRESSION_CLASSES.items()
-            for name in classes
-        ]
         # One process for all of them: -rfE lists each failing test (and
         # subtest) by node id in the summary.
-        run = run_python(release, "-m", "pytest", "-q", "-rfE", *node_ids)
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider"]
+            + list(self.REGRESSION_CLASSES),
+            cwd=release,
+            env=dict(os.environ, PYTHONPATH=os.path.join(release, "python")),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+
         said = run.stdout + run.stderr
         summary = [
             line
             for line in said.splitlines()
             if line.startswith(("FAILED ", "ERROR ", "SUBFAILED"))
         ]
-        for node_id in node_ids:
+        for node_id in self.REGRESSION_CLASSES:
             with self.subTest(test=node_id):
                 failed = [line for line in summary if f"{node_id}::" in line]
                 self.assertTrue(failed, said[-3000:])
@@ -128,28 +140,20 @@ class ReleaseLineForkTests:
         self.assertNotIn("ImportError", said, said[-3000:])
         self.assertNotIn("AttributeError", said, said[-3000:])
 
-    def test_the_ratchet_it_ships_is_this_repositorys(self):
-        for path in RATCHET_FILES:
-            with self.subTest(path=path):
-                with open(os.path.join(self.fork, path), encoding="utf-8") as fh:
-                    shipped = fh.read()
-                with open(os.path.join(REPO, path), encoding="utf-8") as fh:
-                    ours = fh.read()
-                self.assertEqual(shipped, ours)
+
+class TestV0_5_16(ReleaseLineTests, unittest.TestCase):
+    RELEASE = "v0.5.16"
 
 
-class TestTheSeriesOnV0_5_15Post1(ReleaseLineForkTests, unittest.TestCase):
-    LINE = "v0.5.15.post1"
+class TestV0_5_15Post1(RegressionAtTheRelease, ReleaseLineTests, unittest.TestCase):
     RELEASE = "v0.5.15.post1"
 
 
-class TestTheSeriesOnV0_5_15(ReleaseLineForkTests, unittest.TestCase):
-    LINE = "v0.5.15.post1"
+class TestV0_5_15(RegressionAtTheRelease, ReleaseLineTests, unittest.TestCase):
     RELEASE = "v0.5.15"
 
 
-class TestTheSeriesOnV0_5_14(ReleaseLineForkTests, unittest.TestCase):
-    LINE = "v0.5.14"
+class TestV0_5_14(RegressionAtTheRelease, ReleaseLineTests, unittest.TestCase):
     RELEASE = "v0.5.14"
 
 

@@ -1,8 +1,8 @@
 """The series in forks that drifted from v0.5.16 where forks most often do.
 
-Every fork is a real git repository made from the released wheel's package
-(``.build/pristine/sglang`` as ``python/sglang``, tagged ``v0.5.16``), with one
-commit of its own on top, and takes the series with ``git am -3
+Every fork is a clone of the shared fork of v0.5.16 (``release_forks``: the
+released wheel's package as ``python/sglang``, tagged ``v0.5.16``) at its tag,
+with one commit of its own on top, and takes the series with ``git am -3
 patches/v0.5.16/*.patch`` as a fork maintainer runs it:
 
 - module-level import lines of the files the fix changes, edited as upstream
@@ -23,20 +23,16 @@ patches/v0.5.16/*.patch`` as a fork maintainer runs it:
 The README says how to resolve both conflicts.
 """
 
-import glob
 import os
 import shutil
 import subprocess
 import tempfile
 import unittest
 
-import pytest
+from release_forks import IDENTITY, clone, line_patches
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-PRISTINE = os.path.join(REPO, ".build", "pristine", "sglang")
-SERIES = sorted(glob.glob(os.path.join(REPO, "patches", "v0.5.16", "*.patch")))
+SERIES = line_patches("v0.5.16")
 SRT = "python/sglang/srt"
-IDENTITY = ("-c", "user.name=Fork Maintainer", "-c", "user.email=fork@example.invalid")
 
 
 def git(cwd, *args, check=True):
@@ -49,20 +45,8 @@ def git(cwd, *args, check=True):
 
 
 def setUpModule():
-    global TMP, BASE
-    if not os.path.isdir(PRISTINE):
-        pytest.fail("no .build/pristine; run scripts/dev/setup.sh first")
+    global TMP
     TMP = tempfile.mkdtemp(prefix="drifted-forks-")
-    BASE = os.path.join(TMP, "base")
-    shutil.copytree(
-        PRISTINE,
-        os.path.join(BASE, "python", "sglang"),
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
-    git(BASE, "init", "-q", "-b", "main")
-    git(BASE, "add", "-A")
-    git(BASE, "commit", "-q", "-m", "sglang 0.5.16")
-    git(BASE, "tag", "v0.5.16")
 
 
 def tearDownModule():
@@ -73,8 +57,8 @@ class TestSeriesInDriftedForks(unittest.TestCase):
     def fork_with(self, *edits):
         """A clone of the v0.5.16 fork with one commit making ``edits``, each
         (file under srt/, old text, new text)."""
-        fork = tempfile.mkdtemp(dir=TMP)
-        git(TMP, "clone", "-q", BASE, fork)
+        fork = clone("v0.5.16", "v0.5.16", tempfile.mkdtemp(dir=TMP))
+        git(fork, "switch", "-q", "-c", "main")
         for rel, old, new in edits:
             path = os.path.join(fork, SRT, rel)
             with open(path, encoding="utf-8") as fh:
