@@ -9,9 +9,23 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 
+# Each stage says how long it took when the next one starts, and the run its
+# total at the end, so that a slower run shows where the time went.
+stage_name=""
+stage_start=$SECONDS
+stage() {
+    if [ -n "$stage_name" ]; then
+        echo "== $stage_name: $((SECONDS - stage_start)) s"
+    fi
+    stage_name=$1
+    stage_start=$SECONDS
+    [ -z "$1" ] || echo "== $1"
+}
+
+stage "set-up"
 bash scripts/dev/setup.sh
 
-echo "== black, isort and ruff (E, F, W, B) on this repository's Python files"
+stage "black, isort and ruff (E, F, W, B) on this repository's Python files"
 # The versions a fork's pre-commit pins at the v0.5.16 cut (requirements/lint.txt).
 mapfile -t python_files < <(git ls-files --cached --others --exclude-standard -- '*.py')
 .venv/bin/black --check --quiet "${python_files[@]}"
@@ -20,10 +34,11 @@ mapfile -t python_files < <(git ls-files --cached --others --exclude-standard --
 # Two workers; each test file runs whole in one of them, so that a class's
 # server or model is set up once.
 PYTEST=(.venv/bin/python -m pytest -n 2 --dist loadfile)
+stage "the series against this repository's files, applied to .venv's sglang"
 bash scripts/dev/patches.sh check
 bash scripts/dev/patches.sh apply
 
-echo "== regression tests against the unpatched sglang 0.5.16 (.build/pristine): each must fail"
+stage "regression tests against the unpatched sglang 0.5.16 (.build/pristine): each must fail"
 log=.build/regression-unpatched.log
 set +e
 PYTHONPATH="$ROOT/.build/pristine" "${PYTEST[@]}" -m regression -q --tb=line \
@@ -34,11 +49,18 @@ set -e
     exit 1
 }
 
-echo "== every test against the patched install"
 if [ "$#" -gt 0 ]; then
-    exec "${PYTEST[@]}" -q "$@"
+    stage "the tests named on the command line, against the patched install"
+    "${PYTEST[@]}" -q "$@"
+else
+    # pytest lists the slowest tests of each stage (with the set-up and
+    # tear-down of their classes) after its summary.
+    stage "every test but the real servers, against the patched install"
+    "${PYTEST[@]}" -q --durations=15 --ignore=test/backport/e2e
+    # The real servers last, beside each other: xdist hands out the files with
+    # the fewest tests last, and these few-test files are the longest.
+    stage "the real servers (test/backport/e2e), against the patched install"
+    "${PYTEST[@]}" -q --durations=8 test/backport/e2e
 fi
-"${PYTEST[@]}" -q --ignore=test/backport/e2e
-# The real servers last, beside each other: xdist hands out the files with
-# the fewest tests last, and these few-test files are the longest.
-exec "${PYTEST[@]}" -q test/backport/e2e
+stage ""
+echo "== all stages: $SECONDS s"
