@@ -1,5 +1,6 @@
 """What the writer-ratchet tests share: the paths, the ratchet as a command and
-as a module, throwaway sglang packages, and git forks of sglang 0.5.16.
+as a module, the repository's whole-package walk, throwaway sglang packages,
+and git forks of sglang 0.5.16.
 
 A throwaway package (``synthetic_package``) is a temporary directory::
 
@@ -27,18 +28,29 @@ from typing import Callable, Optional
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 SCRIPT = os.path.join(REPO, "scripts", "ratchet", "writer_ratchet.py")
+WHOLE_PACKAGE = os.path.join(os.path.dirname(__file__), "whole_package_writes.py")
 SHIPPED_TEST = "test/registered/unit/test_server_args_write_sites_ratchet.py"
 PRISTINE = os.path.join(REPO, ".build", "pristine", "sglang")
 PATCHES = os.path.join(REPO, "patches", "v0.5.16")
 IDENTITY = ("-c", "user.name=Fork Maintainer", "-c", "user.email=fork@example.invalid")
 
 
-def load_ratchet() -> ModuleType:
-    """The ratchet script, imported as a module."""
-    spec = importlib.util.spec_from_file_location("writer_ratchet", SCRIPT)
+def load_module(name: str, path: str) -> ModuleType:
+    """The Python file at ``path``, imported as the module ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_ratchet() -> ModuleType:
+    """The shipped ratchet script, imported as a module."""
+    return load_module("writer_ratchet", SCRIPT)
+
+
+def load_whole_package_walk() -> ModuleType:
+    """This repository's whole-package walk, imported as a module."""
+    return load_module("whole_package_writes", WHOLE_PACKAGE)
 
 
 def run_ratchet(

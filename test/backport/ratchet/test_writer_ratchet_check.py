@@ -1,5 +1,5 @@
-"""The writer ratchet's script as a user runs it, on synthetic trees: what it
-lists (the draft side, or --all), bad input, and which tree it scans by
+"""The writer ratchet's script as a maintainer runs it by hand, on synthetic
+trees: what it lists, a file it cannot parse, and which tree it scans by
 default.
 
 Every test starts from a fresh temporary directory::
@@ -56,15 +56,6 @@ class CheckCase(CustomTestCase):
         )
         self.dir = os.path.dirname(self.root)
 
-    def assert_bad_input(self, result, *needles):
-        """Exit 2 with one line on stderr that names the problem."""
-        code, out, err = result
-        self.assertEqual((code, out), (2, ""), err)
-        self.assertEqual(len(err.splitlines()), 1, err)
-        self.assertTrue(err.startswith("writer ratchet: error: "), err)
-        for needle in needles:
-            self.assertIn(needle, err)
-
 
 class TestListing(CheckCase):
     def test_it_lists_the_draft_sides_writes_by_file_line_code_and_function(self):
@@ -80,36 +71,19 @@ class TestListing(CheckCase):
                 "  [assign in Scheduler.maybe_init_draft_worker]",
                 f'{worker}:3: server_args.override("draft.context_length",'
                 " context_length=target.n)  [override in build]",
-                f"2 ServerArgs write sites on the draft side of {self.root}",
+                f"2 writes onto a ServerArgs on the draft side of {self.root}",
             ],
         )
 
-    def test_all_lists_every_write_in_the_package(self):
-        code, out, err = run_ratchet("--all", self.root)
-
-        self.assertEqual(code, 0, err)
-        self.assertIn("[assign in Scheduler.init_memory_pool]", out)
-        self.assertIn(f"3 ServerArgs write sites of {self.root}", out)
-
-
-class TestBadInput(CheckCase):
-    def test_a_missing_package_is_not_a_directory(self):
-        missing = run_ratchet(self.root + "-nope")
-        self.assert_bad_input(missing, "is not a directory")
-
-    def test_a_file_given_as_package_is_not_a_directory(self):
-        path = os.path.join(self.root, "srt", "speculative", "worker.py")
-        self.assert_bad_input(run_ratchet(path), "is not a directory")
-
-    def test_a_package_without_python_files_has_nothing_to_list(self):
-        empty = os.path.join(self.dir, "empty")
-        os.makedirs(os.path.join(empty, "srt"))
-        self.assert_bad_input(run_ratchet("--all", empty), "no Python files in")
-
-    def test_an_unparsable_file_is_named_with_its_line(self):
+    def test_a_file_it_cannot_parse_is_named_with_its_line(self):
         broken = "def f(server_args):\n    server_args.x = (\n"
         path = write_file(self.root, "srt/speculative/broken.py", broken)
-        self.assert_bad_input(run_ratchet(self.root), f"{path}:2: cannot parse")
+
+        code, out, err = run_ratchet(self.root)
+
+        self.assertNotEqual(code, 0, out)
+        self.assertIn(f'File "{path}", line 2', err)
+        self.assertIn("SyntaxError", err)
 
 
 class TestDefaultTree(CheckCase):
@@ -137,16 +111,6 @@ class TestDefaultTree(CheckCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertIn("[override in build]", proc.stdout)
         self.assertIn(f"of {checkout}/python/sglang", proc.stdout)
-
-    def test_without_python_sglang_the_default_is_the_installed_sglang(self):
-        # This repository holds no python/sglang.
-        code, out, err = run_ratchet(cwd=self.dir)
-
-        self.assertEqual(code, 0, err)
-        import sglang
-
-        installed = os.path.realpath(os.path.dirname(sglang.__file__))
-        self.assertIn(f"sites on the draft side of {installed}", out)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
-"""The writer ratchet on the real sglang 0.5.16 packages: on the release it
-finds exactly the sites the previous ratchet found by a full parse, and the
-fix takes the whole package's count from 75 to 70 and the draft side's writes
-onto the target away.
+"""The writes onto a ServerArgs in the real sglang 0.5.16 packages: on the
+release the whole-package walk (whole_package_writes.py, this repository's
+own) finds exactly the sites the previous ratchet found by a full parse, the
+shipped ratchet finds the draft writes on the draft side, and the fix takes
+the whole package's count from 75 to 70 and the draft side's writes onto the
+target away.
 
 The packages::
 
@@ -20,7 +22,7 @@ import os
 import unittest
 
 import pytest
-from ratchet_harness import PRISTINE, load_ratchet
+from ratchet_harness import PRISTINE, load_ratchet, load_whole_package_walk
 
 import sglang
 from sglang.test.ci.ci_register import register_cpu_ci
@@ -29,6 +31,7 @@ from sglang.test.test_utils import CustomTestCase
 register_cpu_ci(est_time=20, suite="base-a-test-cpu")
 
 wr = load_ratchet()
+whole = load_whole_package_walk()
 PREVIOUS = os.path.join(
     os.path.dirname(__file__), "pristine_sites_by_the_previous_ratchet.txt"
 )
@@ -50,7 +53,7 @@ def previous_sites():
 class TestRealPackages(CustomTestCase):
     @classmethod
     def setUpClass(cls):
-        cls.release = wr.scan(PRISTINE).sites
+        cls.release = whole.scan(PRISTINE).sites
 
     def test_on_the_release_it_finds_what_the_previous_full_parse_found(self):
         previous = previous_sites()
@@ -68,7 +71,7 @@ class TestRealPackages(CustomTestCase):
     @pytest.mark.regression
     def test_the_fix_takes_the_count_from_75_to_70_and_drops_the_draft_writes(self):
         root = os.path.realpath(os.path.dirname(sglang.__file__))
-        sites = wr.scan(root).sites
+        sites = whole.scan(root).sites
         leaks = [
             f"{s.file}:{s.line}: {s.code}" for s in sites
             if s.kind == "override" and any(w in s.write for w in DRAFT_WRITES)

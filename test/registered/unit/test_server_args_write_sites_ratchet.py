@@ -1,17 +1,11 @@
 """Ratchet guard: writes onto a ServerArgs on the speculative draft side.
 
-The scheduler, the target worker and get_server_args() share one ServerArgs.
-Draft workers used to write their own values onto it (load_format,
-context_length, json_model_override_args), and the target then ran with them.
-Each draft is now built from its own copy (draft_server_args_copy), and the
-writes left on the draft side are pinned below, one entry per site: its file
-under python/sglang/, its function, and the write less its values.
-
-The draft side is srt/speculative/ and the functions elsewhere that build the
-draft (DRAFT_SIDE_FUNCTIONS in scripts/ratchet/writer_ratchet.py, which finds
-the writes with ast, so comments and layout never count). Writes elsewhere
-are not pinned here. The pin is exact: a new site fails, named as
-file:line: code [kind in function]; a pinned site that is gone fails too.
+Draft workers used to write their own values (load_format, context_length,
+json_model_override_args) onto the ServerArgs the target shares. Each draft is
+now built from its own copy, and the writes left on the draft side are pinned
+below, one entry per site: its file under python/sglang/, its function, and the
+write less its values. The pin is exact: a new site fails, named by file and
+line, and so does a pinned site that is gone.
 """
 
 import importlib.util
@@ -25,7 +19,7 @@ from sglang.test.test_utils import CustomTestCase
 
 register_cpu_ci(est_time=8, suite="base-a-test-cpu")
 
-_SGLANG_ROOT = Path(next(iter(sglang.__path__)))
+_SGLANG_ROOT = str(next(iter(sglang.__path__)))
 _WRITER_RATCHET = (
     Path(__file__).resolve().parents[3] / "scripts" / "ratchet" / "writer_ratchet.py"
 )
@@ -80,21 +74,22 @@ def _load_writer_ratchet():
 class TestServerArgsWriteSitesRatchet(CustomTestCase):
     def test_draft_side_writes_onto_a_server_args_match_the_baseline(self):
         writer_ratchet = _load_writer_ratchet()
-        sites = writer_ratchet.draft_side_sites(str(_SGLANG_ROOT))
-        new = writer_ratchet.new_sites(sites, _BASELINE)
+        sites = writer_ratchet.draft_side_sites(_SGLANG_ROOT)
         found = Counter(writer_ratchet.site_key(site) for site in sites)
+        new = found - Counter(_BASELINE)
         gone = Counter(_BASELINE) - found
         if new:
             self.fail(
                 "new writes onto a ServerArgs on the speculative draft side:\n"
                 + "".join(
-                    f"  {writer_ratchet.site_line(str(_SGLANG_ROOT), site)}\n"
-                    for site in new
+                    f"  {writer_ratchet.site_line(_SGLANG_ROOT, site)}\n"
+                    for site in sites
+                    if writer_ratchet.site_key(site) in new
                 )
                 + "Build the draft from its own copy (draft_server_args_copy) or "
                 "pass it the value. If the write is reviewed and meant, add it to "
                 "_BASELINE in this file:\n"
-                + "".join(f"    {writer_ratchet.site_key(site)!r},\n" for site in new)
+                + "".join(f"    {key!r},\n" for key in sorted(new.elements()))
             )
         if gone:
             self.fail(
