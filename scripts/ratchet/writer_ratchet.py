@@ -40,7 +40,7 @@ class Site(NamedTuple):
     kind: str  # override, assign or setattr
     line: int
     write: str  # the write less its values: "server_args.port ="
-    code: str  # its source on one line
+    code: str  # the statement, as ast.unparse writes it on one line
 
 
 def site_key(site):
@@ -145,15 +145,7 @@ def writes_of(node, aliases):
     return writes
 
 
-def code_of(source, node):
-    """A node's source on one line, its spaces squeezed."""
-    code = ast.get_source_segment(source, node).replace("\\\n", " ")
-    code = " ".join(code.split())
-    code = re.sub(r"([(\[{]) ", r"\1", code)  # "( a" -> "(a"
-    return re.sub(r",? ([)\]}])", r"\1", code)  # "a, )" -> "a)"
-
-
-def sites_in_scope(scope, qualname, file, source):
+def sites_in_scope(scope, qualname, file):
     """The sites of a module, class or function, and of the scopes in it."""
     nodes = list(own_nodes(scope))
     aliases = aliases_in(nodes)
@@ -162,9 +154,9 @@ def sites_in_scope(scope, qualname, file, source):
     for node in nodes:
         if isinstance(node, SCOPES):
             inner = [*qualname, node.name]
-            sites += sites_in_scope(node, inner, file, source)
+            sites += sites_in_scope(node, inner, file)
         for kind, write in writes_of(node, aliases):
-            code = code_of(source, node)
+            code = ast.unparse(node)
             sites.append(Site(file, function, kind, node.lineno, write, code))
     return sites
 
@@ -189,9 +181,8 @@ def draft_side_sites(root):
     for file in files:
         path = os.path.join(root, file)
         with open(path, encoding="utf-8") as fh:
-            source = fh.read()
-        tree = ast.parse(source, filename=path)
-        found = sites_in_scope(tree, [], file, source)
+            tree = ast.parse(fh.read(), filename=path)
+        found = sites_in_scope(tree, [], file)
         sites += [site for site in found if on_draft_side(site)]
     return sorted(sites, key=lambda site: (site.file, site.line, site.write))
 

@@ -67,9 +67,9 @@ class TestListing(CheckCase):
         self.assertEqual(
             out.splitlines(),
             [
-                f'{scheduler}:4: self.server_args.load_format = "dummy"'
+                f"{scheduler}:4: self.server_args.load_format = 'dummy'"
                 "  [assign in Scheduler.maybe_init_draft_worker]",
-                f'{worker}:3: server_args.override("draft.context_length",'
+                f"{worker}:3: server_args.override('draft.context_length',"
                 " context_length=target.n)  [override in build]",
                 f"2 writes onto a ServerArgs on the draft side of {self.root}",
             ],

@@ -111,7 +111,8 @@ class TestAfterGitAm(ForkCase):
 
         self.assertNotEqual(code, 0, out)
         self.assertIn(
-            f"{SCHEDULER}:{line}: {write}"
+            f"{SCHEDULER}:{line}: "
+            "self.server_args.override('fork.draft', load_format='dummy')"
             "  [override in Scheduler.maybe_init_draft_worker]",
             out,
         )

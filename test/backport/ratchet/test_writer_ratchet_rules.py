@@ -215,16 +215,16 @@ class TestAnyLayout(RatchetCase):
                     3,
                     "override",
                     "self.draft_worker.model_runner.server_args.override("
-                    '"src", context_length=target_worker.context_len)',
+                    "'src', context_length=target_worker.context_len)",
                 ),
                 (
                     6,
                     "assign",
-                    "(self.draft_worker.model_runner.server_args.context_length)"
+                    "self.draft_worker.model_runner.server_args.context_length"
                     " = target_worker.model_runner.model_config.context_len",
                 ),
-                (9, "override", '(self. server_args. override)("src", port=2)'),
-                (14, "assign", "self.server_args .host = x"),
+                (9, "override", "self.server_args.override('src', port=2)"),
+                (14, "assign", "self.server_args.host = x"),
             ],
         )
 
