@@ -18,9 +18,11 @@ cd "$ROOT"
 PYTHON=${PYTHON:-python3.11}
 SGLANG_VERSION=0.5.16
 NEXT_VERSION=0.5.17
-# The older releases with a series of their own (in patches/vVERSION/, as
-# v0.5.16's is), and their merge bases for the apply tool.
-OLDER_VERSIONS="0.5.14 0.5.15 0.5.15.post1"
+# The older releases a series serves (patches/vVERSION/, as v0.5.16's is):
+# the forks test/backport/series makes, and the apply tool's merge bases.
+OLDER_VERSIONS="0.5.6 0.5.6.post1 0.5.6.post2 0.5.7 0.5.8 0.5.8.post1 0.5.9
+0.5.10 0.5.10.post1 0.5.11 0.5.12 0.5.12.post1 0.5.13 0.5.13.post1
+0.5.14 0.5.15 0.5.15.post1"
 # CUDA builds that run on the CPU; both lie on this machine's disk, so pip
 # takes them without a multi-GB download. The CPU-only torch wheel on disk has
 # no matching torchvision, and sglang 0.5.16 imports torchvision.
@@ -62,7 +64,7 @@ EOF
 # Unpack the released package from the wheel into $PRISTINE, with $1 -m pip.
 unpack_pristine() {
     log "unpacking the pristine sglang $SGLANG_VERSION package into $PRISTINE"
-    rm -rf "$PRISTINE" .build/wheels
+    rm -rf "$PRISTINE" .build/wheels/sglang-"$SGLANG_VERSION"-*.whl
     unpack_release "$1" "$SGLANG_VERSION" "$PRISTINE"
     # Its own bytecode: the regression proof imports it in several processes,
     # and each would otherwise compile sglang from source.
