@@ -13,8 +13,10 @@ compares them with the blobs of the fork's files at HEAD. Within a line that
 serves two releases, the fork's python/sglang/_version.py (which a wheel has)
 names the release. Where no file is as a release or a series has it, a trial
 merge of each series decides: the fewest conflicting files, then the most of
-the lines its hunks keep or delete found in the fork's files. A fork on a line
-with no series (v0.5.13 and older) is refused.
+the lines its hunks keep or delete found in the fork's files. A fork whose
+version file names a release older than every series serves (v0.5.5 and
+older; python/sglang/version.py says it up to v0.5.6.post2, in upstream's git
+too) is refused, naming that release.
 
 Applying makes one commit per patch, as `git am -3 SERIES/*.patch` does. It
 reads the fork's code first: a fork that has the fix (this backport's, in any
@@ -74,6 +76,9 @@ NEWEST_SERIES = "v0.5.16"
 WHEEL_CACHE = ROOT / ".build" / "wheels"
 # The file of a wheel's package that says its version (git has none).
 VERSION_FILE = "python/sglang/_version.py"
+# The file that says it up to v0.5.6.post2, in upstream's git as in the
+# wheels; later releases' reads VERSION_FILE.
+OLD_VERSION_FILE = "python/sglang/version.py"
 
 UPSTREAM_REPO = "https://github.com/sgl-project/sglang"
 BACKPORT_OF = "https://github.com/sgl-project/sglang/pull/33335"
@@ -201,8 +206,8 @@ DRAFT_WRITES_V0_5_16 = (
         "frozen_kv_mtp_worker_v2.py",
     ),
 )
-# The same five on the lines before v0.5.16 (v0.5.14, v0.5.15, v0.5.15.post1),
-# bare assignments.
+# The same on the lines before v0.5.16, bare assignments: the v2 workers' on
+# v0.5.14 to v0.5.15.post1, the v1 workers' too on older lines.
 TARGET_CONTEXT = (
     "server_args.context_length = target_worker.model_runner.model_config.context_len"
 )
@@ -232,14 +237,35 @@ DRAFT_WRITES_BEFORE_V0_5_16 = (
         TARGET_CONTEXT,
         "frozen_kv_mtp_worker_v2.py",
     ),
+    Marker(
+        "python/sglang/srt/managers/scheduler.py",
+        "server_args.load_format = server_args.speculative_draft_load_format",
+        "scheduler.py",
+    ),
+    Marker(
+        "python/sglang/srt/speculative/eagle_worker.py",
+        TARGET_CONTEXT,
+        "eagle_worker.py",
+    ),
+    Marker(
+        "python/sglang/srt/speculative/standalone_worker.py",
+        TARGET_CONTEXT,
+        "standalone_worker.py",
+    ),
+    Marker(
+        "python/sglang/srt/speculative/multi_layer_eagle_worker.py",
+        TARGET_CONTEXT,
+        "multi_layer_eagle_worker.py",
+    ),
+    Marker(
+        "python/sglang/srt/speculative/frozen_kv_mtp_worker.py",
+        TARGET_CONTEXT,
+        "frozen_kv_mtp_worker.py",
+    ),
 )
 # Each line's draft writes; a series' are those its patches delete.
 DRAFT_WRITE_FORMS = (DRAFT_WRITES_V0_5_16, DRAFT_WRITES_BEFORE_V0_5_16)
-# Files every line with a series has; v0.5.13 and older lack one of them.
-FILES_OF_THE_SERVED_LINES = (
-    "python/sglang/srt/runtime_context.py",
-    "python/sglang/srt/speculative/eagle_worker_v2.py",
-)
+ALL_DRAFT_WRITES = DRAFT_WRITES_V0_5_16 + DRAFT_WRITES_BEFORE_V0_5_16
 # Upstream's own fix: v0.5.17's, and that of later releases.
 UPSTREAM_FIX = (
     Marker(
@@ -579,18 +605,13 @@ def read_patch(path: Path) -> Patch:
 
 
 def draft_writes_deleted_by(patches: list[Patch]) -> tuple[Marker, ...]:
-    """Returns the line's draft writes: the form the patches delete most of."""
-    best = DRAFT_WRITE_FORMS[0]
-    most = -1
-    for form in DRAFT_WRITE_FORMS:
-        deleted = 0
-        for marker in form:
-            if any(patch.deletes(marker) for patch in patches):
-                deleted += 1
-        if deleted > most:
-            best = form
-            most = deleted
-    return best
+    """Returns the line's draft writes: those of every line's that the patches
+    delete (a line's release lacks the others' files or forms)."""
+    deleted = []
+    for marker in ALL_DRAFT_WRITES:
+        if marker not in deleted and any(p.deletes(marker) for p in patches):
+            deleted.append(marker)
+    return tuple(deleted)
 
 
 def our_fix_added_by(patches: list[Patch]) -> tuple[Marker, ...]:
@@ -1636,14 +1657,22 @@ def closest_line(fork: Fork, every: list[Series]) -> Optional[Line]:
     return best
 
 
+def version_and_file(fork: Fork) -> tuple[Optional[str], str]:
+    """Returns the release the fork's version file names, e.g. v0.5.15, and the
+    file: python/sglang/_version.py (a wheel has it from v0.5.7; upstream's git
+    does not), else python/sglang/version.py (which holds the version itself up
+    to v0.5.6.post2, in upstream's git too). None where neither names one."""
+    for path in (VERSION_FILE, OLD_VERSION_FILE):
+        text = fork.git("show", f"{fork.head}:{path}").stdout
+        version = re.search(r"^__version__\b.*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+        if version is not None:
+            return f"v{version[1]}", path
+    return None, VERSION_FILE
+
+
 def version_of(fork: Fork) -> Optional[str]:
-    """Returns the release python/sglang/_version.py names, e.g. v0.5.15, if the
-    fork has the file (a wheel has it; upstream's git does not)."""
-    text = fork.git("show", f"{fork.head}:{VERSION_FILE}").stdout
-    version = re.search(r"^__version__\b.*=\s*['\"]([^'\"]+)['\"]", text, re.M)
-    if version is None:
-        return None
-    return f"v{version[1]}"
+    """Returns the release the fork's version file names, e.g. v0.5.15, if any."""
+    return version_and_file(fork)[0]
 
 
 def release_of(fork: Fork, series: Series, every_file_matches: bool) -> str:
@@ -1660,11 +1689,11 @@ def release_of(fork: Fork, series: Series, every_file_matches: bool) -> str:
 def version_said(fork: Fork, series: Series) -> str:
     """Returns what the message adds where _version.py names one of the releases
     of a series that serves more than one: what it says, and those releases."""
-    version = version_of(fork)
+    version, path = version_and_file(fork)
     if len(series.releases) == 1 or version not in series.releases:
         return ""
     serves = " and ".join(series.releases)
-    return f", and {VERSION_FILE} says {version[1:]} (the series serves {serves})"
+    return f", and {path} says {version[1:]} (the series serves {serves})"
 
 
 def line_message(fork: Fork, line: Line) -> str:
@@ -1731,12 +1760,15 @@ def chosen_by_trial(fork: Fork, every: list[Series]) -> Series:
 
 
 def refuse_a_line_before_the_series(fork: Fork, every: list[Series]) -> None:
-    """Refuses a fork on v0.5.13 or older, which lacks a file each served line has."""
-    there = blobs_at_head(fork, list(FILES_OF_THE_SERVED_LINES))
-    for path in FILES_OF_THE_SERVED_LINES:
-        if path not in there:
-            on = f"{fork.quoted} is on v0.5.13 or older (no {path})"
-            raise Refused(f"{on}; {lines_with_a_series(every)}; {NOTHING_CHANGED}")
+    """Refuses a fork whose version file names a release older than every
+    series serves (v0.5.5 and older)."""
+    version, path = version_and_file(fork)
+    oldest = every[0].releases[0]
+    if version is None or version_key(version) >= version_key(oldest):
+        return
+    on = f"{fork.quoted} is closest to {version} ({path} says {version[1:]})"
+    why = f"no series serves it, the oldest release served is {oldest}"
+    raise Refused(f"{on}: {why}; {lines_with_a_series(every)}; {NOTHING_CHANGED}")
 
 
 def has_upstreams_fix_alone(fork: Fork, every: list[Series]) -> bool:
@@ -1861,6 +1893,19 @@ def draft_writes_of_the_line(texts: dict[str, str]) -> tuple[Marker, ...]:
     return best
 
 
+def files_without_a_draft_write(texts: dict[str, str]) -> list[str]:
+    """Returns the files of the line's draft writes that the fork has and that
+    hold none of them (a file one of the line's releases lacks is left out)."""
+    files = []
+    for marker in draft_writes_of_the_line(texts):
+        if not texts[marker.path] or marker.label in files:
+            continue
+        writes = [m for m in ALL_DRAFT_WRITES if m.path == marker.path]
+        if not any(m.code in texts[m.path] for m in writes):
+            files.append(marker.label)
+    return files
+
+
 def fix_left(
     fork: Fork, rev: str, commits: list[str], every: list[Series]
 ) -> list[str]:
@@ -1877,9 +1922,8 @@ def fix_left(
         if label not in left:
             left.append(label)
     if commits:  # reverting them brings every draft write back
-        for marker in draft_writes_of_the_line(texts):
-            if marker.code not in texts[marker.path]:
-                left.append(f"no draft write in {marker.label}")
+        for label in files_without_a_draft_write(texts):
+            left.append(f"no draft write in {label}")
     return left
 
 

@@ -94,6 +94,7 @@ DRAFT_WORKER_COMMON = "python/sglang/srt/speculative/draft_worker_common.py"
 FROZEN_KV_MTP = "python/sglang/srt/speculative/frozen_kv_mtp_worker_v2.py"
 VERSION = "python/sglang/version.py"
 VERSION_FILE = "python/sglang/_version.py"
+OLD_VERSION_FILE = "python/sglang/version.py"
 INIT = "python/sglang/__init__.py"
 
 # Where a patched fork's merge of v0.5.17 conflicts.
@@ -1197,18 +1198,21 @@ class TestReleaseLines(ForkCase):
             "draft writes in scheduler.py, eagle_worker_v2.py, standalone_worker_v2.py",
         )
 
-    def test_a_fork_before_v0_5_14_is_refused_as_v0_5_13_or_older(self) -> None:
-        for path in (RUNTIME_CONTEXT, EAGLE):
-            with self.subTest(path=path):
-                fork = self.fork_of_the_release()
-                (fork / path).unlink()
-                commit_everything(fork, "fork: as before v0.5.14")
-                self.assert_refused(
-                    fork,
-                    f"{fork} is on v0.5.13 or older (no {path}); this backport has",
-                    "v0.5.16 (patches/v0.5.16/)",
-                    "v0.5.15.post1 (patches/v0.5.15.post1/)",
-                )
+    def test_a_fork_on_v0_5_5_is_told_its_release_and_that_none_is_served(
+        self,
+    ) -> None:
+        # Upstream's git up to v0.5.6.post2 says its version in version.py.
+        fork = self.fork_of_the_release()
+        (fork / VERSION_FILE).unlink()
+        (fork / OLD_VERSION_FILE).write_text('__version__ = "0.5.5.post3"\n')
+        commit_everything(fork, "fork: as on v0.5.5.post3")
+        self.assert_refused(
+            fork,
+            f"{fork} is closest to v0.5.5.post3 ({OLD_VERSION_FILE} says 0.5.5.post3):",
+            "no series serves it, the oldest release served is v0.5.6;",
+            "v0.5.6 and v0.5.6.post1 and v0.5.6.post2 (patches/v0.5.6.post2/)",
+            "v0.5.16 (patches/v0.5.16/)",
+        )
 
 
 if __name__ == "__main__":
