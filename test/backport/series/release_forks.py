@@ -28,6 +28,7 @@ import ast
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -44,7 +45,67 @@ LINES = {
     "v0.5.15.post1": "v0.5.15.post1",
     "v0.5.15": "v0.5.15.post1",
     "v0.5.14": "v0.5.14",
+    "v0.5.13.post1": "v0.5.13.post1",
+    "v0.5.13": "v0.5.13.post1",
+    "v0.5.12.post1": "v0.5.12.post1",
+    "v0.5.12": "v0.5.12.post1",
+    "v0.5.11": "v0.5.11",
+    "v0.5.10.post1": "v0.5.10.post1",
+    "v0.5.10": "v0.5.10.post1",
+    "v0.5.9": "v0.5.9",
+    "v0.5.8.post1": "v0.5.8.post1",
+    "v0.5.8": "v0.5.8.post1",
+    "v0.5.7": "v0.5.7",
+    "v0.5.6.post2": "v0.5.6.post2",
+    "v0.5.6.post1": "v0.5.6.post2",
+    "v0.5.6": "v0.5.6.post2",
 }
+
+
+# The per-commit CPU suite of each release's runner, which its series' tests
+# register to: base-a-test-cpu from v0.5.13, stage-a-test-cpu on v0.5.10 to
+# v0.5.12.post1, and before that default, which ran in a GPU job (the CPU-only
+# job ran no file that imports sglang.srt). docs/fork-ci-v0.5.6-v0.5.13.md.
+def cpu_suite(release):
+    """The CPU suite the fork's CI runs ``release``'s shipped tests in."""
+    if version_key(release) >= (0, 5, 13):
+        return "base-a-test-cpu"
+    if version_key(release) >= (0, 5, 10):
+        return "stage-a-test-cpu"
+    return "default"
+
+
+# What the job of that suite has that this venv lacks, as stand-ins on
+# PYTHONPATH (test/backport/stubs/): up to v0.5.9 the GPU job's sgl_kernel
+# (and, for v0.5.6 and v0.5.7 on this CPU without AMX, vllm's activation
+# layers, which a CUDA machine never imports). From v0.5.10 the CPU job has no
+# working sgl_kernel either: the shipped tests stub it themselves, with
+# upstream's maybe_stub_sgl_kernel(), and get nothing from here.
+STUBS = os.path.join(REPO, "test", "backport", "stubs")
+
+
+def stand_ins(release):
+    """The PYTHONPATH entries ``release``'s tests need before its package."""
+    if cpu_suite(release) == "default":
+        return [STUBS]
+    return []
+
+
+def version_key(release):
+    """A release's numbers, to compare: v0.5.15.post1 is (0, 5, 15, 1)."""
+    return tuple(int(number) for number in re.findall(r"\d+", release))
+
+
+# The Scheduler method that builds the draft worker: __init__ on v0.5.6.x,
+# init_model_worker on v0.5.7, maybe_init_draft_worker from v0.5.8.
+def draft_builder(release):
+    """The Scheduler method of ``release`` that builds the draft worker."""
+    if version_key(release) < (0, 5, 7):
+        return "__init__"
+    if version_key(release) < (0, 5, 8):
+        return "init_model_worker"
+    return "maybe_init_draft_worker"
+
 
 # Upstream's .isort.cfg at the root of the tree, and a codespell configuration
 # with no ignored words (stricter than the fork's .codespellrc). Black has no
@@ -54,54 +115,60 @@ FORK_CONFIG = {
     ".codespellrc": "[codespell]\n",
 }
 
-# Where the extension goes in maybe_init_draft_worker, on every release: after
-# the draft worker's kwargs, before the draft load format is handled.
-KWARGS_END = "        )\n\n"
-LOAD_FORMAT = "        if self.server_args.speculative_draft_load_format is not None:\n"
+# Where the extension goes in the method that builds the draft, on every
+# release: after the draft worker's kwargs, before the draft load format is
+# handled (on self.server_args, or on v0.5.6.x on __init__'s server_args).
+BEFORE_LOAD_FORMAT = re.compile(
+    r"(?<=        \)\n\n)(?=        if (?:self\.)?server_args\."
+    r"speculative_draft_load_format is not None:\n)"
+)
 EXTENSION = """\
         # Speculative decoding with pipeline parallelism: the draft runs on
         # the last stage, beside the target's last layers.
-        self.draft_pp_rank = self.ps.pp_rank
+        self.draft_pp_rank = {pp_rank}
         self.draft_pp_group = self.tp_worker.pp_group
         self.draft_on_last_stage = self.tp_worker.model_runner.pp_group.is_last_rank
 
 """
 
-# D's writes: (file, the class and function whose body they open, or None for
-# the end of the file, the lines, and the line of each write among them).
-DRAFT_SIDE_WRITES = (
-    (
-        EAGLE_WORKER_V2,
-        ("EAGLEWorkerV2", "__init__"),
-        ["server_args.context_length = 1"],
-        [0],
-    ),
-    (
-        SCHEDULER,
-        ("Scheduler", "maybe_init_draft_worker"),
-        [
-            "setattr(",
-            "    self.server_args,",
-            '    "speculative_num_steps",',
-            "    1,",
-            ")",
-        ],
-        [0],
-    ),
-    (
-        EAGLE_WORKER_V2,
-        None,
-        [
-            "",
-            "",
-            "def fork_draft_defaults(server_args):",
-            '    """The fork\'s defaults for the draft."""',
-            "    cfg = server_args",
-            "    cfg.speculative_num_draft_tokens = 2",
-        ],
-        [5],
-    ),
-)
+
+def draft_side_writes(release):
+    """D's writes on ``release``: (file, the class and function whose body they
+    open, or None for the end of the file, the lines, and the line of each
+    write among them)."""
+    return (
+        (
+            EAGLE_WORKER_V2,
+            ("EAGLEWorkerV2", "__init__"),
+            ["server_args.context_length = 1"],
+            [0],
+        ),
+        (
+            SCHEDULER,
+            ("Scheduler", draft_builder(release)),
+            [
+                "setattr(",
+                "    self.server_args,",
+                '    "speculative_num_steps",',
+                "    1,",
+                ")",
+            ],
+            [0],
+        ),
+        (
+            EAGLE_WORKER_V2,
+            None,
+            [
+                "",
+                "",
+                "def fork_draft_defaults(server_args):",
+                '    """The fork\'s defaults for the draft."""',
+                "    cfg = server_args",
+                "    cfg.speculative_num_draft_tokens = 2",
+            ],
+            [5],
+        ),
+    )
 
 
 def git(cwd, *args):
@@ -156,16 +223,17 @@ def release_fork(top, package, release, files=None):
     git(top, "tag", release)
 
 
-def extend_the_draft_path(fork):
-    """Commit the fork's own change to maybe_init_draft_worker."""
+def extend_the_draft_path(fork, release):
+    """Commit the fork's own change to the method that builds the draft."""
     path = os.path.join(fork, SCHEDULER)
     with open(path, encoding="utf-8") as fh:
         source = fh.read()
-    anchor = KWARGS_END + LOAD_FORMAT
-    if source.count(anchor) != 1:
+    if len(BEFORE_LOAD_FORMAT.findall(source)) != 1:
         raise AssertionError(f"{SCHEDULER}: no one place for the extension")
+    pp_rank = "self.ps.pp_rank" if "self.ps = " in source else "self.pp_rank"
+    extension = EXTENSION.format(pp_rank=pp_rank)
     with open(path, "w", encoding="utf-8") as fh:
-        fh.write(source.replace(anchor, KWARGS_END + EXTENSION + LOAD_FORMAT))
+        fh.write(BEFORE_LOAD_FORMAT.sub(extension, source))
     git(fork, "commit", "-q", "-am", "fork: the draft on the last pipeline stage")
 
 
@@ -186,11 +254,11 @@ def first_line_of(source, where):
     return first.lineno - 1, " " * first.col_offset
 
 
-def add_the_draft_side_writes(fork):
-    """Commit ``DRAFT_SIDE_WRITES``, each file's top to bottom; return the
-    "path:line:" of each write, as the ratchet names it."""
+def add_the_draft_side_writes(fork, release):
+    """Commit ``draft_side_writes(release)``, each file's top to bottom; return
+    the "path:line:" of each write, as the ratchet names it."""
     sites = []
-    for rel, where, lines, writes in DRAFT_SIDE_WRITES:
+    for rel, where, lines, writes in draft_side_writes(release):
         path = os.path.join(fork, rel)
         with open(path, encoding="utf-8") as fh:
             source = fh.read()
@@ -235,9 +303,9 @@ def shared_fork(release):
         release_fork(top, wheel_package(release), release, FORK_CONFIG)
         git(top, "am", "-3", *line_patches(release))
         git(top, "branch", "series")
-        extend_the_draft_path(top)
+        extend_the_draft_path(top, release)
         git(top, "switch", "-q", "-c", "draft-write")
-        sites = add_the_draft_side_writes(top)
+        sites = add_the_draft_side_writes(top, release)
         git(top, "switch", "-q", "main")
         with open(os.path.join(top, ".git", "draft-write-sites"), "w") as fh:
             fh.write("\n".join(sites))
@@ -266,17 +334,19 @@ def draft_side_write_sites(release):
 
 
 # The CPU test job of the fork's pr-test.yml runs ``cd test && python3
-# run_suite.py --hw cpu --suite base-a-test-cpu``. The wheel has no
+# run_suite.py --hw cpu --suite SUITE`` (``cpu_suite``). The wheel has no
 # test/run_suite.py; these are its steps with the fork's own sglang.test.ci:
 # every file under test/registered/ collected with the sanity check, and the
-# suite's files run each as its own ``python3 FILE -f`` (run_unittest_files).
-# With "--one-interpreter" the selected files run in this interpreter instead,
+# suite's files run each as its own ``python3 FILE`` process
+# (run_unittest_files, which takes the registry's entries from v0.5.7 and,
+# on v0.5.6.x, the TestFile entries run_suite.py made of them). With
+# "--one-interpreter" the selected files run in this interpreter instead,
 # which has imported sglang once; with a path after the suite, that file
 # alone runs.
 RUN_SUITE = """
 import glob, os, sys
+from sglang.test.ci import ci_utils
 from sglang.test.ci.ci_register import HWBackend, collect_tests
-from sglang.test.ci.ci_utils import run_unittest_files
 
 suite, how, only = sys.argv[1], sys.argv[2], sys.argv[3:]
 files = [
@@ -288,7 +358,7 @@ tests = [
     t
     for t in collect_tests(files, sanity_check=True)
     if t.backend == HWBackend.CPU
-    and t.effective_suite == suite
+    and getattr(t, "effective_suite", t.suite) == suite
     and not t.nightly
     and t.disabled is None
 ]
@@ -300,22 +370,31 @@ if how == "--one-interpreter":
 
     paths = [t.filename for t in tests]
     sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", *paths]))
-sys.exit(run_unittest_files(tests, timeout_per_file=1200))
+if not hasattr(ci_utils, "CIRegistry"):
+    tests = [ci_utils.TestFile(t.filename, t.est_time) for t in tests]
+sys.exit(ci_utils.run_unittest_files(tests, timeout_per_file=1200))
 """
-SHIPPED_SUITE = "base-a-test-cpu"
 
 
-def run_suite(clone, how, *only):
-    """Run the CPU job's steps in ``clone/test`` as the job does (python3 is
-    the venv's, the clone's python/ its installed sglang), ``how`` being
-    "--each-file" (the runner's way) or "--one-interpreter"; ``only``: the
-    files (under test/) to run of those selected. Returns the output and
-    exit status."""
+def release_env(release, package_root):
+    """This process's environment for running ``release``'s sglang from
+    ``package_root`` (a fork's python/ or an unpacked release), with the
+    stand-ins its CI job's packages need here, and no git variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["PYTHONPATH"] = os.pathsep.join([*stand_ins(release), package_root])
+    return env
+
+
+def run_suite(clone, release, how, *only):
+    """Run the CPU job's steps for ``release``'s suite in ``clone/test`` as the
+    job does (python3 is the venv's, the clone's python/ its installed sglang),
+    ``how`` being "--each-file" (the runner's way) or "--one-interpreter";
+    ``only``: the files (under test/) to run of those selected. Returns the
+    output and exit status."""
+    env = release_env(release, os.path.join(clone, "python"))
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    env["PYTHONPATH"] = os.path.join(clone, "python")
     proc = subprocess.run(
-        ["python3", "-c", RUN_SUITE, SHIPPED_SUITE, how, *only],
+        ["python3", "-c", RUN_SUITE, cpu_suite(release), how, *only],
         cwd=os.path.join(clone, "test"),
         env=env,
         capture_output=True,
