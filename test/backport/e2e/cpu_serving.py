@@ -334,6 +334,8 @@ def install_stand_ins() -> List[str]:
     """Every stand-in this platform needs (none on a CUDA machine); returns
     the names of those installed."""
     installed = []
+    if os.environ.get(OLDER_RELEASE_SWITCH) is not None:
+        installed += install_older_release_stand_ins()
     if install_vllm_custom_ops_stand_in():
         installed.append("vllm._custom_ops")
     if install_cuda_synchronize_stand_in():
@@ -341,6 +343,248 @@ def install_stand_ins() -> List[str]:
     if install_speculative_kernel_stand_ins():
         installed.append("speculative-kernels")
     return installed
+
+
+# --------------------------------------------------------------------------- #
+# The releases before v0.5.14 (scripts/dev/serve_older_releases.py only)
+# --------------------------------------------------------------------------- #
+
+# What serving a release from v0.5.6 to v0.5.13 config-only on this CPU takes
+# beyond the above. None of it reaches the servers of v0.5.14 on: only
+# ``older_release_server`` adds these flags and PYTHONPATH entries, and sets
+# OLDER_RELEASE_SWITCH, without which no process installs these stand-ins.
+#
+# * ``--disable-piecewise-cuda-graph``, a stock flag, where the release has it
+#   (v0.5.10 to v0.5.13). Those releases capture piecewise CUDA graphs by
+#   default and turn that off for a CPU only under sglang's CPU engine; on a
+#   plain CPU the target's ModelRunner fails: "AttributeError: module
+#   'torch.cpu' has no attribute 'graph_pool_handle'"
+#   (piecewise_cuda_graph_runner.py). v0.5.6 to v0.5.9 capture them only with
+#   --enable-piecewise-cuda-graph.
+# * ``test/backport/stubs/`` on PYTHONPATH after the package, for the releases
+#   before v0.5.13, which import sgl_kernel at module level (see
+#   stubs/stand_in.py: sgl_kernel and vllm's activation module as MagicMocks).
+# * Stand-ins (``OLDER_RELEASE_STAND_INS``), each where the release's own
+#   source needs it (``older_release_stand_ins``); the server's processes
+#   install them before sglang builds anything (``install_stand_ins``).
+
+OLDER_RELEASE_SWITCH = "CPU_SERVING_OLDER_RELEASE"
+STUBS = os.path.join(os.path.dirname(os.path.dirname(LAUNCHER)), "stubs")
+# The first release that imports without the stubs' sgl_kernel.
+_NO_STUBS_FROM = (0, 5, 13)
+
+
+def _version_key(release: str):
+    """v0.5.12.post1 -> (0, 5, 12, 1)."""
+    return tuple(
+        int(part) for part in release.lstrip("v").replace("post", "").split(".")
+    )
+
+
+def _release_source(package_root: str, path: str) -> str:
+    with open(os.path.join(package_root, "sglang", path), encoding="utf-8") as fh:
+        return fh.read()
+
+
+def older_release_args(package_root: str) -> List[str]:
+    """Launcher flags an older release's server needs on this CPU besides
+    ``serving_args`` (``package_root``: the folder holding its ``sglang``)."""
+    if not plain_cpu():
+        return []
+    if '"--disable-piecewise-cuda-graph"' in _release_source(
+        package_root, "srt/server_args.py"
+    ):
+        return ["--disable-piecewise-cuda-graph"]
+    return []
+
+
+def older_release_stand_ins(package_root: str, stubs: bool) -> List[str]:
+    """The names (keys of ``OLDER_RELEASE_STAND_INS``) of the stand-ins the
+    release in ``package_root`` needs on this CPU, from its own source;
+    ``stubs``: whether the stubs' vllm is on its PYTHONPATH."""
+    if not plain_cpu():
+        return []
+    names = []
+    if stubs:
+        names.append("vllm._custom_ops")
+        layernorm = _release_source(package_root, "srt/layers/layernorm.py")
+        if "from vllm.model_executor.layers.layernorm import" in layernorm:
+            names.append("vllm.model_executor.layers.layernorm")
+    torchao = _release_source(package_root, "srt/layers/torchao_utils.py")
+    imported = torchao.find("from torchao.quantization import")
+    checked = torchao.find('torchao_config == ""')
+    if 0 <= imported < checked and importlib.util.find_spec("torchao") is None:
+        names.append("apply_torchao_config_to_model")
+    return names
+
+
+def older_release_server(
+    argv: List[str], package_root: str, release: str, keep_log: bool = False
+) -> "ServerProcess":
+    """A config-only server of ``release`` (v0.5.6 to v0.5.13) from
+    ``package_root`` (an unpacked release or a fork's ``python/``), with what
+    it needs on this CPU (above). Start it and stop it as any ServerProcess."""
+    stubs = plain_cpu() and _version_key(release) < _NO_STUBS_FROM
+    env = {OLDER_RELEASE_SWITCH: ",".join(older_release_stand_ins(package_root, stubs))}
+    if stubs:
+        entries = [package_root, STUBS]
+        entries += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in entries)
+    return ServerProcess(
+        list(argv) + older_release_args(package_root),
+        package_root,
+        keep_log=keep_log,
+        config_only=True,
+        env=env,
+    )
+
+
+def _server_info_starts_the_reply_loop(package_root: str) -> bool:
+    """Whether the release's ``TokenizerManager.get_internal_state`` starts
+    the tokenizer manager's reply loop itself (v0.5.10 on)."""
+    for name in ("tokenizer_control_mixin", "tokenizer_communicator_mixin"):
+        path = os.path.join(package_root, "sglang", "srt", "managers", name + ".py")
+        if not os.path.isfile(path):
+            continue
+        with open(path, encoding="utf-8") as fh:
+            source = fh.read()
+        start = source.find("async def get_internal_state(")
+        if start >= 0:
+            end = source.find("\n    async def ", start + 1)
+            return "self.auto_create_handle_loop()" in source[start:end]
+    return True
+
+
+def older_release_server_info(server: "ServerProcess") -> dict:
+    """``/server_info`` of an ``older_release_server``.
+
+    On v0.5.6 to v0.5.9, ``TokenizerManager.get_internal_state`` (what
+    ``/server_info`` awaits) does not start the tokenizer manager's reply
+    loop (``auto_create_handle_loop``); every other request to the scheduler
+    does, and the first, sglang's warm-up request, always did. A config-only
+    server has sent none, so the scheduler's reply is never read and
+    ``/server_info`` never answers (v0.5.10 added the call). Where the
+    release lacks it, one read-only request whose handler starts the loop
+    goes first: ``/get_weights_by_name`` of the target's final norm, one
+    value."""
+    if not _server_info_starts_the_reply_loop(server.pythonpath):
+        server._ok(
+            "POST",
+            "/get_weights_by_name",
+            {"name": "model.norm.weight", "truncate_size": 1},
+            timeout=60,
+        )
+    return server.server_info()
+
+
+def _raising(name: str):
+    def stand_in(*args, **kwargs):
+        raise RuntimeError(
+            f"test stand-in {name} was called (test/backport/e2e/cpu_serving.py); "
+            "an older release's config-only server on a plain CPU never calls it"
+        )
+
+    stand_in.__name__ = name.rsplit(".", 1)[-1]
+    return stand_in
+
+
+def _stand_in_module(name: str, **attributes):
+    import types
+
+    module = types.ModuleType(name)
+    module.__doc__ = "test stand-in (test/backport/e2e/cpu_serving.py)"
+    module.__dict__.update(attributes)
+    sys.modules[name] = module
+    return module
+
+
+def _stubs_vllm():
+    """The stubs' vllm package, imported (``older_release_server`` puts it on
+    PYTHONPATH for these releases; a real vllm is refused)."""
+    import vllm
+
+    where = os.path.dirname(os.path.dirname(os.path.abspath(vllm.__file__ or "")))
+    if where != os.path.abspath(STUBS):
+        raise RuntimeError(f"a vllm other than the stubs' is imported: {vllm}")
+    return vllm
+
+
+def _vllm_custom_ops_beside_the_stubs():
+    """With the stubs on PYTHONPATH a ``vllm`` imports (the stubs' package:
+    vllm's activation module and nothing else), so
+    ``install_vllm_custom_ops_stand_in`` would step aside and
+    ``RotaryEmbedding.__init__`` fail: "ModuleNotFoundError: No module named
+    'vllm._custom_ops'". The same stand-in goes beside the stubs' package:
+    ``rotary_embedding``, which raises if called (on a plain CPU the layer
+    runs ``forward_native``). ``install_vllm_custom_ops_stand_in``, next,
+    takes it as its own and reports it."""
+    vllm = _stubs_vllm()
+    name = "vllm._custom_ops.rotary_embedding"
+    vllm._custom_ops = _stand_in_module(
+        "vllm._custom_ops", rotary_embedding=_raising(name)
+    )
+    vllm.__cpu_serving_stand_in__ = True
+
+
+def _vllm_layernorm_as_sglangs_own():
+    """v0.5.6 and v0.5.7's ``layers/layernorm.py`` end, on a CPU without AMX,
+    with ``from vllm.model_executor.layers.layernorm import GemmaRMSNorm,
+    RMSNorm``, which replaces sglang's own two classes with vllm's. The stubs
+    have no such module (every model that imports ``layernorm`` then fails to
+    import: "No module named 'vllm.model_executor.layers.layernorm'", and
+    LlamaForCausalLM falls back to the Transformers backend). The stand-in
+    answers both names with the classes ``layernorm.py`` defined above that
+    line, so the import rebinds each to itself: sglang's own RMSNorm and
+    GemmaRMSNorm, as on a CUDA machine, where the line does not run."""
+
+    def own(name):
+        if name in ("RMSNorm", "GemmaRMSNorm"):
+            return getattr(sys.modules["sglang.srt.layers.layernorm"], name)
+        raise AttributeError(name)
+
+    _stubs_vllm()
+    _stand_in_module("vllm.model_executor.layers.layernorm", __getattr__=own)
+
+
+def _empty_torchao_config_first():
+    """v0.5.6 to v0.5.8's ``apply_torchao_config_to_model``
+    (``layers/torchao_utils.py``), which ``ModelRunner.load_model`` calls on
+    every model, imports torchao before it returns on an empty
+    ``--torchao-config``; torchao is not installed here: "ModuleNotFoundError:
+    No module named 'torchao'". The stand-in returns the model on an empty
+    config first, as v0.5.9 on do, and calls the release's function
+    otherwise. A torchao module would not do: transformers asks
+    ``importlib.util.find_spec("torchao")`` whether torchao is there.
+    ``torchao_utils`` imports only torch; ``model_runner.py`` and
+    ``model_loader/loader.py`` take the function from it after this."""
+    import sglang.srt.layers.torchao_utils as torchao_utils
+
+    release = torchao_utils.apply_torchao_config_to_model
+
+    def apply_torchao_config_to_model(model, torchao_config, *args, **kwargs):
+        if torchao_config == "" or torchao_config is None:
+            return model
+        return release(model, torchao_config, *args, **kwargs)
+
+    torchao_utils.apply_torchao_config_to_model = apply_torchao_config_to_model
+
+
+OLDER_RELEASE_STAND_INS = {
+    "vllm._custom_ops": _vllm_custom_ops_beside_the_stubs,
+    "vllm.model_executor.layers.layernorm": _vllm_layernorm_as_sglangs_own,
+    "apply_torchao_config_to_model": _empty_torchao_config_first,
+}
+
+
+def install_older_release_stand_ins() -> List[str]:
+    """Install the stand-ins OLDER_RELEASE_SWITCH names (set only by
+    ``older_release_server``); returns the names to report. Called before
+    ``install_vllm_custom_ops_stand_in``."""
+    names = [n for n in os.environ.get(OLDER_RELEASE_SWITCH, "").split(",") if n]
+    for name in names:
+        OLDER_RELEASE_STAND_INS[name]()
+    # install_vllm_custom_ops_stand_in reports the vllm._custom_ops one.
+    return [name for name in names if name != "vllm._custom_ops"]
 
 
 # --------------------------------------------------------------------------- #
@@ -431,6 +675,7 @@ class ServerProcess:
         pythonpath: Optional[str] = None,
         keep_log: bool = False,
         config_only: bool = False,
+        env: Optional[Dict[str, str]] = None,
     ):
         self.port = free_port()
         self.argv = list(argv) + serving_args() + ["--port", str(self.port)]
@@ -447,6 +692,8 @@ class ServerProcess:
         self.keep_log = keep_log
         self.proc: Optional[subprocess.Popen] = None
         self._log = None
+        # Added to the server's environment last (``older_release_server``).
+        self.env = dict(env or {})
 
     # -- lifecycle ---------------------------------------------------------- #
 
@@ -454,6 +701,7 @@ class ServerProcess:
         env = server_env(self.pythonpath)
         if self.config_only:
             env.update(CONFIG_ONLY_ENV)
+        env.update(self.env)
         env["TMPDIR"] = self.tmpdir
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
