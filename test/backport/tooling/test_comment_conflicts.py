@@ -46,11 +46,15 @@ register_cpu_ci(est_time=60, suite="base-a-test-cpu")
 ROOT = Path(__file__).resolve().parents[3]
 TOOL = ROOT / "scripts" / "fork" / "apply_to_fork.py"
 # Each release line's series (patches/RELEASE/), and where scripts/dev/setup.sh
-# unpacked the release's wheel.
+# unpacked the release's wheel: the lines from v0.5.14, and two of the older
+# ones with the same three blocks (v0.5.6.x writes the load format on
+# __init__'s server_args instead).
 UNPACKED = {
     "v0.5.16": ROOT / ".build" / "pristine",
     "v0.5.15.post1": ROOT / ".build" / "releases" / "v0.5.15.post1",
     "v0.5.14": ROOT / ".build" / "releases" / "v0.5.14",
+    "v0.5.13.post1": ROOT / ".build" / "releases" / "v0.5.13.post1",
+    "v0.5.9": ROOT / ".build" / "releases" / "v0.5.9",
 }
 SCHEDULER = "python/sglang/srt/managers/scheduler.py"
 EAGLE = "python/sglang/srt/speculative/eagle_worker_v2.py"
