@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One real ``sglang.launch_server --speculative-algorithm EAGLE
 --speculative-draft-load-format dummy`` per older release, as released and
-patched: the first shows the leak, the second does not (issue 36, item 3).
+patched: the first shows the leak, the second does not.
 
 For each release on the command line (default: the oldest release of each
 series from v0.5.6 to v0.5.13), a config-only EAGLE server
@@ -49,18 +49,18 @@ import cpu_serving as serving  # noqa: E402  # isort: skip
 import release_forks  # noqa: E402  # isort: skip
 import tiny_models  # noqa: E402  # isort: skip
 
-# The oldest release each series serves, and the series (patches/FOLDER).
-# release_forks.LINES is asked first.
-RELEASES = {
-    "v0.5.6": "v0.5.6.post2",
-    "v0.5.7": "v0.5.7",
-    "v0.5.8": "v0.5.8.post1",
-    "v0.5.9": "v0.5.9",
-    "v0.5.10": "v0.5.10.post1",
-    "v0.5.11": "v0.5.11",
-    "v0.5.12": "v0.5.12.post1",
-    "v0.5.13": "v0.5.13.post1",
-}
+# The oldest release of each series from v0.5.6 to v0.5.13.post1; the series
+# of each release is release_forks.LINES's.
+RELEASES = (
+    "v0.5.6",
+    "v0.5.7",
+    "v0.5.8",
+    "v0.5.9",
+    "v0.5.10",
+    "v0.5.11",
+    "v0.5.12",
+    "v0.5.13",
+)
 
 # Always in the table; then every field a scheduler reports differently.
 FIELDS = ("load_format", "context_length")
@@ -74,7 +74,7 @@ class Failure(Exception):
 
 
 def series_folder(release):
-    folder = release_forks.LINES.get(release) or RELEASES.get(release)
+    folder = release_forks.LINES.get(release)
     if folder is None:
         raise Failure(f"{release}: no series is known for it")
     path = os.path.join(REPO, "patches", folder)
@@ -259,7 +259,7 @@ def main():
             if results:
                 lines, found = table(results)
                 problems += found
-            series = release_forks.LINES.get(release) or RELEASES.get(release)
+            series = release_forks.LINES.get(release)
             if "patched" in roots:
                 count = len(release_forks.series_patches(series_folder(release)))
                 series = f"patched with patches/{series}/, {count} commits"
