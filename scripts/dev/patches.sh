@@ -245,6 +245,10 @@ cmd_checkout() {
         rm -rf "$fork"
     fi
     init_base "$line" "$fork"
+    # Commits made in the fork, rewordings and fixups too, carry the series'
+    # identity.
+    git -C "$fork" config user.name "SGLang 0.5.16 backport"
+    git -C "$fork" config user.email backport@localhost
     series "$line" | while read -r patch; do
         git -C "$fork" "${IDENTITY[@]}" am -q "$ROOT/$patch"
         echo "patches: $patch: committed in $fork"

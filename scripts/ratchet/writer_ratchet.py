@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Find the writes onto a ServerArgs on the speculative draft side.
 
-The draft side is srt/speculative/ and DRAFT_SIDE_FUNCTIONS, with the defs
-inside them; test/registered/unit/test_server_args_write_sites_ratchet.py pins
+The draft side is srt/speculative/, DRAFT_SIDE_FUNCTIONS and the Scheduler
+method that builds the draft worker (DRAFT_BUILDERS), with the defs inside
+them; test/registered/unit/test_server_args_write_sites_ratchet.py pins
 its writes. A write is R.override(...), R.field = ... (also in a tuple),
 R.field += ..., del R.field or setattr(R, ...), where R is a name or attribute
 server_args or *_server_args (self.server_args, draft_server_args), or a name
@@ -22,12 +23,19 @@ from typing import NamedTuple
 
 DRAFT_SIDE_FOLDER = "srt/speculative/"
 DRAFT_SIDE_FUNCTIONS = {
-    "srt/managers/scheduler.py": (
-        "Scheduler.maybe_init_draft_worker",
-        "Scheduler.init_all_attention_backends",
-    ),
+    "srt/managers/scheduler.py": ("Scheduler.init_all_attention_backends",),
     "srt/server_args.py": ("draft_server_args_copy",),
 }
+# The Scheduler method that builds the draft worker is on the draft side too:
+# the first of these that the release's scheduler.py defines
+# (maybe_init_draft_worker from v0.5.8, init_model_worker on v0.5.7,
+# __init__ on v0.5.6.x).
+SCHEDULER_FILE = "srt/managers/scheduler.py"
+DRAFT_BUILDERS = (
+    "Scheduler.maybe_init_draft_worker",
+    "Scheduler.init_model_worker",
+    "Scheduler.__init__",
+)
 SERVER_ARGS_NAME = re.compile(r"(\w+_)?server_args$")
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
@@ -161,11 +169,31 @@ def sites_in_scope(scope, qualname, file):
     return sites
 
 
-def on_draft_side(site):
-    """Whether a site is in the speculative folder or a draft-side function."""
+def draft_builder(tree):
+    """The first of DRAFT_BUILDERS that a parsed scheduler.py defines."""
+    methods = {
+        f"{scope.name}.{node.name}"
+        for scope in tree.body
+        if isinstance(scope, ast.ClassDef)
+        for node in scope.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    return next((name for name in DRAFT_BUILDERS if name in methods), None)
+
+
+def draft_side_functions(file, tree):
+    """The functions of a parsed file that are on the draft side."""
+    functions = list(DRAFT_SIDE_FUNCTIONS.get(file, ()))
+    if file == SCHEDULER_FILE and draft_builder(tree) is not None:
+        functions.append(draft_builder(tree))
+    return functions
+
+
+def on_draft_side(site, functions):
+    """Whether a site is in the speculative folder or in one of functions."""
     if site.file.startswith(DRAFT_SIDE_FOLDER):
         return True
-    for function in DRAFT_SIDE_FUNCTIONS.get(site.file, ()):
+    for function in functions:
         if site.function == function or site.function.startswith(function + "."):
             return True
     return False
@@ -182,8 +210,9 @@ def draft_side_sites(root):
         path = os.path.join(root, file)
         with open(path, encoding="utf-8") as fh:
             tree = ast.parse(fh.read(), filename=path)
+        functions = draft_side_functions(file, tree)
         found = sites_in_scope(tree, [], file)
-        sites += [site for site in found if on_draft_side(site)]
+        sites += [site for site in found if on_draft_side(site, functions)]
     return sorted(sites, key=lambda site: (site.file, site.line, site.write))
 
 

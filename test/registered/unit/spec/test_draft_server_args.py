@@ -18,7 +18,12 @@ from unittest import mock
 from sglang.srt.arg_groups.overrides import declare_load_time_override
 from sglang.srt.distributed.parallel_state_wrapper import ParallelState
 from sglang.srt.managers.scheduler import Scheduler
-from sglang.srt.runtime_context import RuntimeContext, get_context, get_server_args
+from sglang.srt.runtime_context import (
+    ParallelContext,
+    RuntimeContext,
+    get_context,
+    get_server_args,
+)
 from sglang.srt.speculative import draft_worker_common
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.speculative.spec_registry import CustomSpecAlgo
@@ -136,14 +141,14 @@ class TestDraftServerArgsCopy(_DraftServerArgsCase):
 
 class TestScopedServerArgs(_DraftServerArgsCase):
     def test_an_empty_slot_comes_back_empty_on_return_and_on_raise(self):
-        ctx = get_context()
-        ctx._server_args = None  # the slot before anything is published
+        # A context of its own: its slot holds nothing, as before a publish.
+        ctx = RuntimeContext(ParallelContext())
         with ctx.scoped_server_args(self.target):
-            self.assertIs(get_server_args(), self.target)
-        self.assertRaises(ValueError, get_server_args)
+            self.assertIs(ctx.server_args, self.target)
+        self.assertRaises(ValueError, getattr, ctx, "server_args")
         with self.assertRaises(_StopConstruction), ctx.scoped_server_args(self.target):
             raise _StopConstruction()
-        self.assertRaises(ValueError, get_server_args)
+        self.assertRaises(ValueError, getattr, ctx, "server_args")
 
 
 class TestSchedulerDraftHandoff(_DraftServerArgsCase):
