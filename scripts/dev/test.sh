@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command: set up, lint this repository's Python, check
-# that the committed series carries this repository's shipped files, apply the
-# SGLang edits to the venv's sglang, prove that the regression tests fail on the
+# that every release line's series is what `patches.sh refresh` writes
+# (v0.5.16's with this repository's shipped files), apply the v0.5.16 SGLang
+# edits to the venv's sglang, prove that the regression tests fail on the
 # unpatched 0.5.16, then run every test against the patched install. Extra
 # arguments go to the final pytest run (e.g. scripts/dev/test.sh -k scheduler).
 set -euo pipefail
@@ -34,7 +35,7 @@ mapfile -t python_files < <(git ls-files --cached --others --exclude-standard --
 # Two workers; each test file runs whole in one of them, so that a class's
 # server or model is set up once.
 PYTEST=(.venv/bin/python -m pytest -n 2 --dist loadfile)
-stage "the series against this repository's files, applied to .venv's sglang"
+stage "every line's series is what refresh writes; v0.5.16's applied to .venv's sglang"
 bash scripts/dev/patches.sh check
 bash scripts/dev/patches.sh apply
 
