@@ -30,7 +30,13 @@ plain-git way: fetching upstream's release tag into the fork. Where git am -3
 stops on a conflict whose fork side is the release's code with other comments
 and blank lines (the same Python tokens once those are left out), the tool
 takes the series' side, as the README's plain-git recipe does, and says which
-lines of the fork it dropped; any other conflict is refused.
+lines of the fork it dropped. A conflict where the fork and the series changed
+different lines (the fork's code next to lines the series deletes or moves,
+its change to the line next to one the series changes) is merged line by line,
+as kdiff3 and meld do, and shown with the fork's lines it kept. Any other
+conflict is refused, naming the fork's lines of each conflict and, where the
+fork already copies the config there, the function and line. After applying,
+it names the suites of a fork's runner that lacks the shipped tests' suite.
 
 Reverting makes a `git revert` of each commit with this backport's
 Backport-Of trailer, newest first: the way to v0.5.17.
@@ -45,6 +51,7 @@ Messages start with "apply:"; an error is one line on stderr, "apply: error:".
 """
 
 import argparse
+import ast
 import contextlib
 import difflib
 import io
@@ -1143,18 +1150,18 @@ def supply_merge_bases(
 
 @dataclass
 class Resolution:
-    """A conflict whose fork side is the release's code with other comments:
-    the series' side is taken."""
+    """One conflict the tool resolved, and the fork's lines it dropped or kept."""
 
-    line: int  # where the series' side starts in the file the commit writes
-    dropped: list[str]  # the fork's lines there that the release's side lacks
+    line: int  # where the resolved lines start in the file the commit writes
+    in_comments: bool  # the fork's side differed only in comments: the series' taken
+    forks_lines: list[str]  # in comments: the fork's lines dropped; else: those kept
 
 
 @dataclass
 class Resolved:
-    """A conflicting file whose conflicts are all in comments only."""
+    """A conflicting file whose every conflict the tool resolves."""
 
-    text: str  # the file with the series' side of each conflict
+    text: str  # the file as the tool resolves it
     resolutions: list[Resolution]
 
 
@@ -1164,13 +1171,16 @@ class Stop:
 
     step: str  # the number of the patch git am was at, or the commit being reverted
     files: dict[str, str]  # each file in conflict, and why
-    in_comments: dict[str, Resolved] = field(default_factory=dict)  # of the files
+    resolved_files: dict[str, Resolved] = field(default_factory=dict)  # of the files
+    # Of the files the tool does not resolve: where each conflict is in the
+    # fork's copy, and what it already does there that the series does too.
+    details: dict[str, str] = field(default_factory=dict)
 
     @property
     def resolved(self) -> bool:
-        """Returns whether every file in conflict has its conflicts in comments only
-        (the tool resolves the stop), and there is one."""
-        return bool(self.files) and self.in_comments.keys() == self.files.keys()
+        """Returns whether the tool resolves every file in conflict (and there is
+        one)."""
+        return bool(self.files) and self.resolved_files.keys() == self.files.keys()
 
 
 @dataclass
@@ -1265,9 +1275,11 @@ def run_in_worktree(fork: Fork, tree: Path, command: str, args: list[str]) -> Tr
     while run.returncode != 0:
         stop = trial_stop(fork, tree, command, run)
         if verb == "am":
-            stop.in_comments = conflicts_in_comments(tree, stop)
-            if stop.resolved:
-                write_series_side(tree, stop)
+            stop.resolved_files = resolved_conflicts(tree, stop)
+        if stop.resolved:
+            write_resolutions(tree, stop)
+        else:
+            stop.details = conflict_details(tree, stop)
         stops.append(stop)
         output += run.stdout
         run = resume(tree, verb, stop)
@@ -1333,7 +1345,7 @@ def trial_with_merge_bases(
     return apply_trial(fork, patches), lacking
 
 
-# Conflicts in comments only
+# Conflicts the tool resolves
 
 
 @dataclass
@@ -1431,25 +1443,10 @@ def series_side(text: str) -> str:
 
 def forks_own_lines(conflict: Conflict) -> list[str]:
     """Returns the lines of the fork's side that the release's side lacks."""
-    matcher = difflib.SequenceMatcher(None, conflict.base, conflict.ours, False)
     lines = []
-    for tag, _, _, start, end in matcher.get_opcodes():
-        if tag in ("insert", "replace"):
-            lines += conflict.ours[start:end]
+    for change in changes(conflict.base, conflict.ours):
+        lines += change.lines
     return lines
-
-
-def resolutions_in(pieces: list[Union[str, Conflict]]) -> list[Resolution]:
-    """Returns a resolution for each conflict, at its line in the series' side."""
-    resolutions = []
-    line = 1
-    for piece in pieces:
-        if isinstance(piece, Conflict):
-            resolutions.append(Resolution(line, forks_own_lines(piece)))
-            line += len(piece.theirs)
-        else:
-            line += 1
-    return resolutions
 
 
 def comment_resolution(tree: Path, path: str) -> Optional[Resolved]:
@@ -1473,24 +1470,130 @@ def comment_resolution(tree: Path, path: str) -> Optional[Resolved]:
     text = joined(pieces, "theirs")
     if series_side(left) != text:
         return None
-    return Resolved(text, resolutions_in(pieces))
+    resolutions = []
+    line = 1
+    for piece in pieces:
+        if isinstance(piece, Conflict):
+            resolutions.append(Resolution(line, True, forks_own_lines(piece)))
+            line += len(piece.theirs)
+        else:
+            line += 1
+    return Resolved(text, resolutions)
 
 
-def conflicts_in_comments(tree: Path, stop: Stop) -> dict[str, Resolved]:
-    """Returns the stop's files whose conflicts are all in comments only, each
-    with the series' side."""
-    in_comments = {}
+@dataclass
+class Change:
+    """What one side of a conflict puts in place of the release's lines
+    start to end (none: it adds lines before the release's line start)."""
+
+    start: int
+    end: int
+    lines: list[str]
+
+
+def changes(base: list[str], side: list[str]) -> list[Change]:
+    """Returns what side changes of base, line by line."""
+    matcher = difflib.SequenceMatcher(None, base, side, False)
+    found = []
+    for tag, start, end, side_start, side_end in matcher.get_opcodes():
+        if tag != "equal":
+            found.append(Change(start, end, side[side_start:side_end]))
+    return found
+
+
+def clash(forks: Change, series: Change) -> bool:
+    """Returns whether two changes touch the same release line, or add lines
+    inside the other's (both count as inside: a line both sides change, lines
+    one side adds among those the other changes or deletes), or both add lines
+    at the same place."""
+    overlap = forks.start < series.end and series.start < forks.end
+    same_place = forks.start == forks.end == series.start == series.end
+    return overlap or same_place
+
+
+def merged_line_by_line(conflict: Conflict) -> Optional[list[str]]:
+    """Returns the conflict merged line by line, as kdiff3 and meld do: each
+    release line as the side that changed it has it, each side's added lines
+    where they stand. None where two changes clash."""
+    forks = changes(conflict.base, conflict.ours)
+    series = changes(conflict.base, conflict.theirs)
+    for one in forks:
+        for other in series:
+            if clash(one, other):
+                return None
+    added = {}
+    replaced = {}
+    for change in forks + series:
+        if change.start == change.end:
+            added[change.start] = change.lines
+        else:
+            replaced[change.start] = change
+    lines = []
+    at = 0
+    while True:
+        lines += added.get(at, [])
+        if at == len(conflict.base):
+            return lines
+        if at in replaced:
+            lines += replaced[at].lines
+            at = replaced[at].end
+        else:
+            lines.append(conflict.base[at])
+            at += 1
+
+
+def parses(text: str) -> bool:
+    """Returns whether text is Python that the interpreter reads."""
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def line_resolution(tree: Path, path: str) -> Optional[Resolved]:
+    """Returns the file with every conflict merged line by line, where the fork
+    and the series changed different lines; None where they changed the same
+    ones, or a Python file would not parse."""
+    pieces = merge_with_base(tree, path)
+    if pieces is None:
+        return None
+    lines = []
+    resolutions = []
+    for piece in pieces:
+        if isinstance(piece, Conflict):
+            merged = merged_line_by_line(piece)
+            if merged is None:
+                return None
+            resolutions.append(
+                Resolution(len(lines) + 1, False, forks_own_lines(piece))
+            )
+            lines += merged
+        else:
+            lines.append(piece)
+    text = "".join(lines)
+    if path.endswith(".py") and not parses(text):
+        return None
+    return Resolved(text, resolutions)
+
+
+def resolved_conflicts(tree: Path, stop: Stop) -> dict[str, Resolved]:
+    """Returns the stop's files the tool resolves: conflicts in comments only
+    (the series' side), or where each line was changed by one side only (line
+    by line)."""
+    resolved = {}
     for path, why in stop.files.items():
-        if why == CONFLICT_REASONS["123"]:
-            resolved = comment_resolution(tree, path)
-            if resolved is not None:
-                in_comments[path] = resolved
-    return in_comments
+        if why != CONFLICT_REASONS["123"]:
+            continue
+        resolution = comment_resolution(tree, path) or line_resolution(tree, path)
+        if resolution is not None:
+            resolved[path] = resolution
+    return resolved
 
 
-def write_series_side(tree: Path, stop: Stop) -> None:
-    """Writes each file of the stop with the series' side of its conflicts."""
-    for path, resolved in stop.in_comments.items():
+def write_resolutions(tree: Path, stop: Stop) -> None:
+    """Writes each file of the stop as the tool resolves it."""
+    for path, resolved in stop.resolved_files.items():
         with open(tree / path, "w", encoding="utf-8", newline="") as file:
             file.write(resolved.text)
 
@@ -1499,18 +1602,31 @@ def resolution_message(
     fork: Fork, patch: Patch, commit: str, path: str, resolution: Resolution
 ) -> str:
     """Returns what the tool says of a conflict it resolved: where, why, the
-    fork's lines it dropped, and the command that shows the commit there."""
+    fork's lines it dropped or kept, and the command that shows the commit there."""
     where = f"{patch.name}: resolved the conflict in {path} at line {resolution.line}"
-    why = "your fork's lines differ from the release's only in comments and blank lines"
     review = f"review it: `{fork.cd} git show {commit} -- {quote(path)}`"
-    message = f"{where}, where {why}: took the series' lines"
-    dropped = [line for line in resolution.dropped if line.strip()]
-    if not dropped:
-        blank = len(resolution.dropped)
-        return f"{message} and dropped {blank} blank line(s) of your fork's ({review})"
-    lines = textwrap.dedent("".join(dropped)).splitlines()
+    if resolution.in_comments:
+        why = "your fork's lines differ from the release's only in comments"
+        why += " and blank lines"
+        message = f"{where}, where {why}: took the series' lines and dropped"
+    else:
+        why = "your fork and the series changed different lines"
+        took = "took each line from the side that changed it and kept"
+        message = f"{where}, where {why}: {took}"
+    shown = [line for line in resolution.forks_lines if line.strip()]
+    if not shown:
+        blank = len(resolution.forks_lines)
+        return f"{message} {blank} blank line(s) of your fork's ({review})"
+    lines = textwrap.dedent("".join(shown)).splitlines()
     listed = "\n".join(f"    {line}" for line in lines)
-    return f"{message} and dropped these of your fork's ({review}):\n{listed}"
+    return f"{message} these of your fork's ({review}):\n{listed}"
+
+
+def how_it_resolves(resolved: Resolved) -> str:
+    """Returns, for a refusal, how the tool resolves a file it does not apply."""
+    if all(resolution.in_comments for resolution in resolved.resolutions):
+        return "only in comments: take the series' side"
+    return "each line changed by one side: take each from the side that changed it"
 
 
 def show_resolutions(fork: Fork, patches: list[Patch], trial: Trial) -> None:
@@ -1519,9 +1635,115 @@ def show_resolutions(fork: Fork, patches: list[Patch], trial: Trial) -> None:
     for stop in trial.stops:
         patch = patches[int(stop.step) - 1]
         commit = commits[int(stop.step) - 1][:12]
-        for path, resolved in stop.in_comments.items():
+        for path, resolved in stop.resolved_files.items():
             for resolution in resolved.resolutions:
                 say(resolution_message(fork, patch, commit, path, resolution))
+
+
+# Conflicts the tool names
+
+
+def line_ranges(numbers: list[tuple[int, int]]) -> str:
+    """Returns "12-14, 30 and 41" for the ranges (first, last)."""
+    ranges = []
+    for first, last in numbers:
+        ranges.append(str(first) if first >= last else f"{first}-{last}")
+    if len(ranges) == 1:
+        return ranges[0]
+    return ", ".join(ranges[:-1]) + " and " + ranges[-1]
+
+
+def forks_conflict_lines(
+    pieces: list[Union[str, Conflict]], forks: str
+) -> list[tuple[int, int]]:
+    """Returns the first and last line of the fork's side of each conflict in
+    forks, the fork's copy of the file (an empty side: the line it is above)."""
+    # The merge with the fork's side of each conflict differs from the fork's
+    # copy only where the series' changes merged cleanly.
+    merged = []
+    starts = []
+    for piece in pieces:
+        if isinstance(piece, Conflict):
+            starts.append((len(merged), len(piece.ours)))
+            merged += piece.ours
+        else:
+            merged.append(piece)
+    matcher = difflib.SequenceMatcher(None, merged, forks.splitlines(True), False)
+    ranges = []
+    for start, length in starts:
+        for tag, first, last, fork_first, _ in matcher.get_opcodes():
+            if first <= start < last or start == first == last:
+                line = fork_first + 1
+                if tag == "equal":
+                    line += start - first
+                ranges.append((line, line + length - 1))
+                break
+    return ranges
+
+
+def copies_of_the_config(text: str, ranges: list[tuple[int, int]]) -> list[str]:
+    """Returns "FUNCTION() at line N: CODE" for each copy of a ServerArgs
+    (copy.deepcopy or copy.copy of something named server_args) that the fork
+    makes in a function holding a conflict."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return []
+    copies = []
+    for function in ast.walk(tree):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        holds_a_conflict = False
+        for first, last in ranges:
+            if function.lineno <= last and first <= function.end_lineno:
+                holds_a_conflict = True
+        if not holds_a_conflict:
+            continue
+        for node in ast.walk(function):
+            if isinstance(node, ast.Call) and is_a_config_copy(node, text):
+                code = ast.get_source_segment(text, node) or ""
+                code = " ".join(code.split())
+                copies.append(f"{function.name}() at line {node.lineno}: `{code}`")
+    return copies
+
+
+def is_a_config_copy(call: ast.Call, text: str) -> bool:
+    """Returns whether call copies something named server_args."""
+    name = getattr(call.func, "attr", getattr(call.func, "id", ""))
+    if name not in ("deepcopy", "copy") or not call.args:
+        return False
+    argument = ast.get_source_segment(text, call.args[0]) or ""
+    return "server_args" in argument
+
+
+def conflict_detail(tree: Path, path: str) -> str:
+    """Returns where the fork's copy of path conflicts, and any copy of the
+    config it already makes there; "" where git's stages do not say."""
+    pieces = merge_with_base(tree, path)
+    if pieces is None:
+        return ""
+    forks = git(tree, "show", f":2:{path}").stdout
+    ranges = forks_conflict_lines(pieces, forks)
+    detail = f"at your lines {line_ranges(ranges)}"
+    copies = copies_of_the_config(forks, ranges)
+    if copies:
+        own = "your fork already builds its draft from its own copy of the config"
+        where = "; ".join(copies)
+        series = "where the series makes one with draft_server_args_copy(): keep one"
+        detail += f"; {own}, in {where}, {series}"
+    return detail
+
+
+def conflict_details(tree: Path, stop: Stop) -> dict[str, str]:
+    """Returns, for each file of the stop that the tool does not resolve and
+    that both sides changed, where it conflicts and what the fork does there."""
+    details = {}
+    for path, why in stop.files.items():
+        if why == CONFLICT_REASONS["123"] and path not in stop.resolved_files:
+            detail = conflict_detail(tree, path)
+            if detail:
+                details[path] = detail
+    return details
 
 
 # Moving the fork
@@ -1794,7 +2016,105 @@ def choose_series(fork: Fork, every: list[Series]) -> Series:
     return line.series
 
 
+# Where the shipped tests run
+
+# The runner of upstream's CI, and the test files it runs.
+RUNNER = "test/run_suite.py"
+
+
+def runners_cpu_suites(text: str) -> Optional[list[str]]:
+    """Returns the CPU suites of a runner's PER_COMMIT_SUITES (the suites its CI
+    runs on every commit); None where the runner does not say them so."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        targets = getattr(node, "targets", [])
+        named = [getattr(target, "id", "") for target in targets]
+        if "PER_COMMIT_SUITES" not in named or not isinstance(node.value, ast.Dict):
+            continue
+        for number, key in enumerate(node.value.keys):
+            value = node.value.values[number]
+            if getattr(key, "attr", "") == "CPU" and isinstance(value, ast.List):
+                return [
+                    item.value for item in value.elts if isinstance(item, ast.Constant)
+                ]
+    return None
+
+
+def registration(text: str) -> Optional[tuple[int, str]]:
+    """Returns the line of a test file's register_cpu_ci(...) call and its suite."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        call = getattr(node, "value", None)
+        if not isinstance(call, ast.Call):
+            continue
+        if getattr(call.func, "id", "") != "register_cpu_ci":
+            continue
+        suite = None
+        if len(call.args) > 1:
+            suite = call.args[1]
+        for keyword in call.keywords:
+            if keyword.arg == "suite":
+                suite = keyword.value
+        if isinstance(suite, ast.Constant):
+            return call.lineno, suite.value
+    return None
+
+
+def unknown_suite_message(
+    fork: Fork, suites: list[str], lines: dict[str, tuple[int, str]]
+) -> str:
+    """Returns what the tool says of shipped tests on a suite the runner lacks."""
+    named = sorted({suite for _, suite in lines.values()})
+    lacks = f"your fork's {RUNNER} has no CPU suite {' or '.join(map(repr, named))}"
+    unrun = "which the shipped tests register to, so its CI would not run them"
+    has = ", ".join(repr(name) for name in suites) or "none"
+    change = "to run them, change the suite in this line of each shipped file"
+    message = f"{lacks}, {unrun}; its CPU suites: {has}; {change}:"
+    texts = file_texts(fork, "HEAD", sorted(lines))
+    for path, (number, _) in sorted(lines.items()):
+        line = texts[path].splitlines()[number - 1].strip()
+        message += f"\n    {path}:{number}: {line}"
+    return message
+
+
+def say_where_the_tests_run(fork: Fork, series: Series) -> None:
+    """Says so where the fork's runner lacks the suite the shipped tests
+    register to: the fork predates the release whose suite the series uses."""
+    tests = []
+    for patch in series.patches:
+        tests += [path for path in patch.created if SHIPPED_TEST.match(path)]
+    texts = file_texts(fork, "HEAD", [RUNNER, *tests])
+    suites = runners_cpu_suites(texts.get(RUNNER, ""))
+    if suites is None:
+        return
+    lines = {}
+    for path in tests:
+        found_line = registration(texts.get(path, ""))
+        if found_line is not None and found_line[1] not in suites:
+            lines[path] = found_line
+    if lines:
+        say(unknown_suite_message(fork, suites, lines))
+
+
 # Applying
+
+
+def bases_git_lacks(fork: Fork, patch: Patch) -> list[str]:
+    """Returns the files whose copy the patch was made on is not in the fork's
+    object store (every file the patch changes, where git has them all)."""
+    names = "".join(f"{blob}\n" for blob in patch.bases.values())
+    check = fork.output("cat-file --batch-check", input=names).splitlines()
+    lacking = []
+    for number, path in enumerate(patch.bases):
+        if check[number].endswith(" missing"):
+            lacking.append(path)
+    return lacking or list(patch.bases)
 
 
 def apply_conflicts_message(
@@ -1807,11 +2127,18 @@ def apply_conflicts_message(
         message += f" (for {no_base}: {fetch_command(fork, series.name)})"
     for stop in trial.stops:
         patch = patches[int(stop.step) - 1]
-        reasons = dict(stop.files)
-        if not reasons:  # git am stopped for a missing merge base
-            reasons = {path: no_base for path in patch.bases if path in lacking}
-        for path in stop.in_comments:
-            reasons[path] += ", only in comments: take the series' side"
+        reasons = {}
+        for path, why in stop.files.items():
+            reasons[path] = why
+            if path in stop.details:
+                reasons[path] += f", {stop.details[path]}"
+            elif path in stop.resolved_files:
+                reasons[path] += f", {how_it_resolves(stop.resolved_files[path])}"
+        if not reasons:  # git am stopped for a merge base the fork lacks
+            for path in bases_git_lacks(fork, patch):
+                reasons[path] = "git lacks the copy of it this patch was made on"
+                if path in lacking:
+                    reasons[path] = no_base
         message += f"; {patch.name}: {files_and_reasons(reasons)}"
     return message + by_hand(fork, "am -3", [str(patch.path) for patch in patches])
 
@@ -1849,6 +2176,7 @@ def apply(fork_path: str) -> int:
         merged_patches = f"merged 3-way with your fork's changes: {names_of(merged)}"
         say(f"{merged_patches}; review them ({review})")
     show_resolutions(fork, patches, trial)
+    say_where_the_tests_run(fork, series)
     say("run the shipped tests on the fork's own tree, in its Python environment:")
     tests = " ".join(series.shipped_tests())
     print(f"    {fork.cd} PYTHONPATH=python python3 -m pytest {tests}")

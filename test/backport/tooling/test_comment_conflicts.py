@@ -17,9 +17,10 @@ that the series changes (``fork_with_cases``), with a branch per case::
     |    the hot-token-map write of init_token_map; a helper
     |    and a comment far from the series' hunks
     |\
-    | K  a comment and one code line inside the draft      <- comment-and-code
-    |    load format block; a comment alone inside the
-    |    context_length write's block
+    | K  a comment inside the draft load format block,     <- comment-and-code
+    |    and a code change to the write the series deletes
+    |    there; a comment alone inside the context_length
+    |    write's block
      \
       O  a comment above the draft load format block,      <- comment-outside
          outside the lines the series deletes
@@ -80,7 +81,8 @@ HOT_TOKEN_COMMENTS = [
 # The fork's lines far from the series' hunks, which every merge keeps.
 FORK_HELPER = '\n\ndef fork_local_helper():\n    return "fork"\n'
 FORK_NOTE = "# fork: the end of eagle_worker_v2.py\n"
-CODE_LINE = 'logger.debug("fork: the draft has its own load format")'
+# The fork's change to the draft load format write's value line.
+OWN_VALUE = ("speculative_draft_load_format", "speculative_draft_load_format or FORK")
 OUTSIDE_COMMENT = "# fork: the draft may load in another format than the target."
 
 # The README's plain-git recipe for a conflict whose fork side is comments
@@ -175,10 +177,15 @@ def add_the_comments(fork: Path) -> None:
 
 
 def add_a_code_line(fork: Path) -> None:
-    """Case K: a comment and a code line inside the draft load format block, and
+    """Case K: a comment inside the draft load format block and a change to the
+    value line of the write the series deletes there (a line both change), and
     a comment alone inside the context_length write's block."""
-    lines = [UPSTREAM_COMMENT[0], CODE_LINE]
-    insert(fork, SCHEDULER, DRAFT_LOAD_FORMAT, lines, 1)
+    text = (fork / SCHEDULER).read_text().splitlines(True)
+    [block] = [n for n, line in enumerate(text) if DRAFT_LOAD_FORMAT in line]
+    value = next(n for n in range(block + 1, len(text)) if OWN_VALUE[0] in text[n])
+    text[value] = text[value].replace(*OWN_VALUE)
+    (fork / SCHEDULER).write_text("".join(text))
+    insert(fork, SCHEDULER, DRAFT_LOAD_FORMAT, [UPSTREAM_COMMENT[0]], 1)
     insert(fork, EAGLE, CONTEXT_LENGTH, [CONTEXT_COMMENT], 1)
 
 
@@ -351,7 +358,7 @@ class TestCommentConflicts(CommentConflictCase):
         for comment in UPSTREAM_COMMENT:
             self.assertIn(f"\n-            {comment}\n", diff)
 
-    def test_a_code_line_beside_the_comment_is_refused(self) -> None:
+    def test_a_code_change_beside_the_comment_is_refused(self) -> None:
         for release in UNPACKED:
             with self.subTest(release=release):
                 fork = self.clone(release, "comment-and-code")
@@ -360,9 +367,10 @@ class TestCommentConflicts(CommentConflictCase):
                 self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
                 # All or nothing: the conflict in comments only is named, and
                 # left as it was.
-                conflicts = f"{SCHEDULER} (changed in your fork too), {EAGLE}"
-                comments = " (changed in your fork too, only in comments: take the"
-                self.assertIn(conflicts + comments, run.stderr)
+                conflicts = f"{SCHEDULER} (changed in your fork too, at your lines "
+                comments = f"{EAGLE} (changed in your fork too, only in comments: take"
+                self.assertIn(conflicts, run.stderr)
+                self.assertIn(comments, run.stderr)
                 self.assertIn("nothing was changed", run.stderr)
                 self.assertNotIn("resolved", run.stdout)
                 self.assertEqual(self.snapshot(fork), before)
