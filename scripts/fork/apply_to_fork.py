@@ -1173,7 +1173,7 @@ class Stop:
     files: dict[str, str]  # each file in conflict, and why
     resolved_files: dict[str, Resolved] = field(default_factory=dict)  # of the files
     # Of the files the tool does not resolve: where each conflict is in the
-    # fork's copy, and what it already does there that the series does too.
+    # fork's copy, and, applying, a copy of the config the fork makes there.
     details: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -1279,7 +1279,7 @@ def run_in_worktree(fork: Fork, tree: Path, command: str, args: list[str]) -> Tr
         if stop.resolved:
             write_resolutions(tree, stop)
         else:
-            stop.details = conflict_details(tree, stop)
+            stop.details = conflict_details(tree, stop, verb)
         stops.append(stop)
         output += run.stdout
         run = resume(tree, verb, stop)
@@ -1716,16 +1716,19 @@ def is_a_config_copy(call: ast.Call, text: str) -> bool:
     return "server_args" in argument
 
 
-def conflict_detail(tree: Path, path: str) -> str:
-    """Returns where the fork's copy of path conflicts, and any copy of the
-    config it already makes there; "" where git's stages do not say."""
+def conflict_detail(tree: Path, path: str, verb: str) -> str:
+    """Returns where the fork's copy of path conflicts, and, for git am, any
+    copy of the config it already makes there; "" where git's stages do not
+    say."""
     pieces = merge_with_base(tree, path)
     if pieces is None:
         return ""
     forks = git(tree, "show", f":2:{path}").stdout
     ranges = forks_conflict_lines(pieces, forks)
     detail = f"at your lines {line_ranges(ranges)}"
-    copies = copies_of_the_config(forks, ranges)
+    copies = []
+    if verb == "am":
+        copies = copies_of_the_config(forks, ranges)
     if copies:
         own = "your fork already builds its draft from its own copy of the config"
         where = "; ".join(copies)
@@ -1734,13 +1737,13 @@ def conflict_detail(tree: Path, path: str) -> str:
     return detail
 
 
-def conflict_details(tree: Path, stop: Stop) -> dict[str, str]:
+def conflict_details(tree: Path, stop: Stop, verb: str) -> dict[str, str]:
     """Returns, for each file of the stop that the tool does not resolve and
     that both sides changed, where it conflicts and what the fork does there."""
     details = {}
     for path, why in stop.files.items():
         if why == CONFLICT_REASONS["123"] and path not in stop.resolved_files:
-            detail = conflict_detail(tree, path)
+            detail = conflict_detail(tree, path, verb)
             if detail:
                 details[path] = detail
     return details
@@ -2205,6 +2208,8 @@ def revert_conflicts_message(fork: Fork, commits: list[str], trial: Trial) -> st
         for path, why in stop.files.items():
             since = changed_since(fork, stop.step, path, commits)
             reasons[path] = f"{why}; changed since by {since}"
+            if path in stop.details:
+                reasons[path] += f", {stop.details[path]}"
         message += f"; reverting {stop.step[:12]}: {files_and_reasons(reasons)}"
     return message + by_hand(fork, "revert --no-edit", commits)
 

@@ -1032,8 +1032,13 @@ class TestReverting(ForkCase):
         write(fork / SERVER_ARGS, text.replace("args_copy(", "args_copy_v2("))
         commit_everything(fork, "fork: rename the helper")
         mine = git(fork, "log", "-1", "--format=%h fork: rename the helper")
-        why = f"{SERVER_ARGS} (changed in your fork too; changed since by {mine})"
+        why = f"{SERVER_ARGS} (changed in your fork too; changed since by {mine}"
         run = self.assert_refused(fork, "does not revert in", why, flags=("--revert",))
+        # The fork's lines of the conflict, where its commit renamed the helper.
+        lines = re.search(rf"{re.escape(why)}, at your lines (\d+)", run.stderr)
+        self.assertIsNotNone(lines, run.stderr)
+        renamed = (fork / SERVER_ARGS).read_text().splitlines()
+        self.assertIn("args_copy_v2(", "".join(renamed[int(lines[1]) - 1 :][:20]))
         by_hand = self.run_printed_command(run.stderr, "cd ")
         self.assertIn("git revert --continue", by_hand.stdout + by_hand.stderr)
 
