@@ -174,6 +174,19 @@ class TestSchedulerDraftHandoff(_DraftServerArgsCase):
             self.assert_target_untouched()
             self.assertTrue(ctx.flags.capture.enable_torch_compile, fail_in)
 
+    def test_what_the_drafts_model_code_declares_stays_on_the_drafts_copy(self):
+        def load_draft_model(seen, server_args):
+            # As determine_num_fused_shared_experts does for a DeepSeek draft.
+            declare_load_time_override(
+                "test.draft_model", {"disable_shared_experts_fusion": True}
+            )
+
+        _, seen = self.run_draft_init(load_draft_model)
+
+        self.assertTrue(seen["worker_args"].disable_shared_experts_fusion)
+        self.assertFalse(self.target.disable_shared_experts_fusion)
+        self.assert_target_untouched()
+
     def test_build_draft_tp_worker_publishes_its_own_copy_in_a_nested_scope(self):
         # As DFLASH and DSPARK build their draft TpModelWorker.
         def build(seen, server_args):

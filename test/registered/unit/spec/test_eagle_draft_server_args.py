@@ -2,11 +2,13 @@
 
 Regression: ``EAGLEWorkerV2`` wrote the target's context length, and its
 hot-token map ``{"hot_vocab_size": N}`` over ``--json-model-override-args``,
-onto the ``ServerArgs`` the target worker and ``get_server_args()`` share. The
-workers are built through the real ``Scheduler.maybe_init_draft_worker`` with
-a stand-in draft ``TpModelWorker``. What 0.5.16 shared through the one instance
-still reaches the target (adaptive speculative decoding's switches) or the
-draft (the mamba cache size the target resolves later).
+onto the ``ServerArgs`` the target worker and ``get_server_args()`` share, and
+``StandaloneWorkerV2``, ``MultiLayerEagleWorkerV2`` and ``FrozenKVMTPWorkerV2``
+wrote the context length. The workers are built through the real
+``Scheduler.maybe_init_draft_worker`` with a stand-in draft ``TpModelWorker``.
+What 0.5.16 shared through the one instance still reaches the target (adaptive
+speculative decoding's switches) or the draft (the mamba cache size the target
+resolves later).
 """
 
 import tempfile
@@ -42,8 +44,10 @@ class _LoadedDraftTpModelWorker:
 
     def __init__(self, server_args=None, **kwargs):
         self.server_args = server_args
+        self.tokenizer = None
         self.model_config = SimpleNamespace(
-            hf_config=SimpleNamespace(architectures=["LlamaForCausalLMEagle"])
+            hf_config=SimpleNamespace(architectures=["LlamaForCausalLMEagle"]),
+            vocab_size=256,
         )
         self.model_runner = SimpleNamespace(
             server_args=server_args,
@@ -63,11 +67,27 @@ class _PoolSized(Exception):
     pass
 
 
+class _FrozenKVMTPDraftWorker:
+    """The frozen-KV MTP draft worker, which is its own draft TpModelWorker."""
+
+    def __init__(self, server_args, *ranks_and_target):
+        self.server_args = server_args
+
+
+STAND_INS = {
+    "TpModelWorker": _LoadedDraftTpModelWorker,
+    "FrozenKVMTPDraftWorker": _FrozenKVMTPDraftWorker,
+}
+
+
 class _EagleDraftCase(CustomTestCase):
-    def build_draft_worker(self, module="eagle_worker_v2", **fields):
+    def build_draft_worker(
+        self, module="eagle_worker_v2", stand_in="TpModelWorker", **fields
+    ):
         """Publish a target config and build its draft through the scheduler."""
+        algorithm = fields.pop("speculative_algorithm", "EAGLE")
         override = get_context().override_server_args(
-            speculative_algorithm="EAGLE",
+            speculative_algorithm=algorithm,
             speculative_num_steps=2,
             speculative_eagle_topk=1,
             speculative_num_draft_tokens=3,
@@ -82,15 +102,16 @@ class _EagleDraftCase(CustomTestCase):
         target_worker.model_config.context_len = TARGET_CONTEXT_LEN
         target_worker.model_config.vocab_size = 256
         target_worker.model_runner.server_args = self.target
+        target_worker.get_memory_pool.return_value = (None, None)
         scheduler = Scheduler.__new__(Scheduler)
         scheduler.server_args = self.target
-        scheduler.spec_algorithm = SpeculativeAlgorithm.EAGLE
+        scheduler.spec_algorithm = SpeculativeAlgorithm.from_string(algorithm)
         scheduler.ps = ParallelState.trivial()
         scheduler.nccl_port = 12345
         scheduler.tp_worker = target_worker
         with mock.patch(
-            f"sglang.srt.speculative.{module}.TpModelWorker",
-            _LoadedDraftTpModelWorker,
+            f"sglang.srt.speculative.{module}.{stand_in}",
+            STAND_INS[stand_in],
         ):
             scheduler.maybe_init_draft_worker()
         return scheduler.draft_worker
@@ -123,6 +144,38 @@ class TestEagleDraftLeavesTheTargetAlone(_EagleDraftCase):
         self.assertEqual(
             self.worker.server_args.json_model_override_args, USER_OVERRIDES
         )
+
+
+class TestOtherDraftWorkersLeaveTheTargetAlone(_EagleDraftCase):
+    def test_standalone_multi_layer_and_frozen_kv_drafts_leave_the_target(self):
+        for module, stand_in, kwargs in (
+            (
+                "standalone_worker_v2",
+                "TpModelWorker",
+                dict(speculative_algorithm="STANDALONE"),
+            ),
+            (
+                "multi_layer_eagle_worker_v2",
+                "TpModelWorker",
+                dict(enable_multi_layer_eagle=True),
+            ),
+            (
+                "frozen_kv_mtp_worker_v2",
+                "FrozenKVMTPDraftWorker",
+                dict(speculative_algorithm="FROZEN_KV_MTP"),
+            ),
+        ):
+            with self.subTest(module=module):
+                worker = self.build_draft_worker(
+                    module, stand_in, speculative_draft_load_format="dummy", **kwargs
+                )
+
+                self.assertEqual(
+                    (self.target.context_length, self.target.load_format),
+                    (None, "auto"),
+                )
+                self.assertEqual(worker.server_args.context_length, TARGET_CONTEXT_LEN)
+                self.assertEqual(worker.server_args.load_format, "dummy")
 
 
 class TestAdaptiveSpecReachesTheTarget(_EagleDraftCase):
