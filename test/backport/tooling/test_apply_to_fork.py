@@ -52,7 +52,6 @@ configuration and the package index refused (``PIP_NO_INDEX``); a test that
 lets pip download a wheel points it at .build/wheels (``WHEEL_INDEX``).
 """
 
-import hashlib
 import os
 import re
 import shlex
@@ -65,13 +64,13 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
+from wheel_forks import ENV, ROOT, TOOL, git, make_scratch, snapshot, unpacked
+
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase
 
 register_cpu_ci(est_time=100, suite="base-a-test-cpu")
 
-ROOT = Path(__file__).resolve().parents[3]
-TOOL = ROOT / "scripts" / "fork" / "apply_to_fork.py"
 SERIES = sorted((ROOT / "patches" / "v0.5.16").glob("*.patch"))
 # The v0.5.15 line's series (v0.5.15 and v0.5.15.post1), and every series.
 LINE_SERIES = sorted((ROOT / "patches" / "v0.5.15.post1").glob("*.patch"))
@@ -120,41 +119,15 @@ exit 1
 
 
 def setUpModule() -> None:
-    """Makes the scratch folder, git's environment and the release repository."""
-    global TMP, ENV, RELEASE
-    if not (PRISTINE / "sglang" / "srt" / "server_args.py").is_file():
-        raise RuntimeError(f"{PRISTINE} is missing; run scripts/dev/setup.sh")
-    TMP = Path(tempfile.mkdtemp(prefix="apply-to-fork-"))
-    ENV = {}
-    for name, value in os.environ.items():
-        if not name.startswith("GIT_"):
-            ENV[name] = value
-    ENV["GIT_CONFIG_NOSYSTEM"] = "1"
-    ENV["GIT_CONFIG_GLOBAL"] = os.devnull
-    ENV["GIT_OPTIONAL_LOCKS"] = "0"
-    ENV["GIT_CEILING_DIRECTORIES"] = str(TMP)
-    # The tool may run pip: never this machine's configuration or the network.
-    for name in list(ENV):
-        if name.startswith("PIP_"):
-            del ENV[name]
-    ENV["PIP_CONFIG_FILE"] = os.devnull
-    ENV["PIP_NO_INDEX"] = "1"
+    """Makes the scratch folder and the release repository."""
+    global TMP, RELEASE
+    TMP = make_scratch("apply-to-fork-", ["v0.5.16"])
     RELEASE = release_repository(TMP / "release", files_the_tests_need())
 
 
 def tearDownModule() -> None:
     """Removes the scratch folder."""
     shutil.rmtree(TMP, ignore_errors=True)
-
-
-def git(cwd: Path, *args: str, check: bool = True) -> str:
-    """Runs git in cwd and returns its stripped output; fails the test if git fails."""
-    run = subprocess.run(
-        ["git", *args], cwd=cwd, env=ENV, capture_output=True, text=True
-    )
-    if check and run.returncode != 0:
-        raise AssertionError(f"git {' '.join(args)} failed:\n{run.stderr}")
-    return run.stdout.strip()
 
 
 def commit_everything(repo: Path, message: str) -> None:
@@ -204,13 +177,6 @@ def release_repository(
     commit_everything(path, f"sglang {tag[1:]}")
     git(path, "tag", tag)
     return path
-
-
-def unpacked(release: str) -> Path:
-    """The folder that holds the release's sglang/ package, unpacked by setup.sh."""
-    if release == "v0.5.16":
-        return PRISTINE
-    return RELEASES / release
 
 
 def files_as_in(release: str, series: str) -> list[str]:
@@ -409,34 +375,6 @@ class ForkCase(CustomTestCase):
         run_env.update(env or {})
         return subprocess.run(command, env=run_env, capture_output=True, text=True)
 
-    def snapshot(self, fork: Path) -> dict:
-        """HEAD, branch, stash, worktrees, status, the index's bytes, and each
-        file's and folder's mode and content outside .git."""
-        views = {
-            "HEAD": "rev-parse HEAD",
-            "branch": "symbolic-ref -q HEAD",
-            "stash": "stash list",
-            "worktrees": "worktree list",
-            "status": "status --porcelain -uall --ignored",
-        }
-        state = {}
-        for name, view in views.items():
-            state[name] = git(fork, *view.split(), check=False)
-        index = git(fork, "rev-parse", "--git-path", "index")
-        state["index"] = (fork / index).read_bytes()
-        state["files"] = {}
-        for folder, folders, files in os.walk(fork):
-            if folder == str(fork):
-                folders.remove(".git")
-            for name in folders + files:
-                path = Path(folder, name)
-                content = b""
-                if path.is_file() and not path.is_symlink():
-                    content = path.read_bytes()
-                digest = hashlib.sha1(content).hexdigest()
-                state["files"][str(path)] = (path.lstat().st_mode, digest)
-        return state
-
     def assert_refused(
         self,
         fork: Path,
@@ -446,13 +384,13 @@ class ForkCase(CustomTestCase):
         env: Optional[dict[str, str]] = None,
     ) -> subprocess.CompletedProcess:
         """Asserts the tool refuses, saying each needle, and changes nothing."""
-        before = self.snapshot(fork)
+        before = snapshot(fork)
         run = self.run_tool(fork, *flags, tool=tool, env=env)
         self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
         self.assertTrue(run.stderr.startswith("apply: error: "), run.stderr)
         for needle in needles:
             self.assertIn(needle, run.stderr)
-        self.assertEqual(self.snapshot(fork), before)
+        self.assertEqual(snapshot(fork), before)
         return run
 
     def assert_nothing_to_do(
@@ -460,12 +398,12 @@ class ForkCase(CustomTestCase):
     ) -> None:
         """Asserts the tool says there is nothing to do, saying each needle, and
         changes nothing."""
-        before = self.snapshot(fork)
+        before = snapshot(fork)
         run = self.run_tool(fork, *flags)
         self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
         for needle in ("; nothing to do", *needles):
             self.assertIn(needle, run.stdout)
-        self.assertEqual(self.snapshot(fork), before)
+        self.assertEqual(snapshot(fork), before)
 
     def assert_done(
         self,
@@ -633,14 +571,14 @@ class TestApplying(ForkCase):
         venv = [sys.executable, "-m", "venv", "--without-pip", str(no_pip)]
         subprocess.run(venv, check=True, capture_output=True)
         python = no_pip / "bin" / "python"
-        before = self.snapshot(fork)
+        before = snapshot(fork)
         command = [str(python), str(tool), str(fork)]
         run = subprocess.run(command, env=ENV, capture_output=True, text=True)
         self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
         self.assertIn("pip could not download sglang==0.5.16", run.stderr)
         self.assertIn(f"git fetch {UPSTREAM_REPO} v0.5.16", run.stderr)
         self.assertIn("No module named pip", run.stderr)
-        self.assertEqual(self.snapshot(fork), before)
+        self.assertEqual(snapshot(fork), before)
 
     def test_a_base_the_wheel_lacks_too_is_named_with_the_git_fetch_way(
         self,

@@ -29,8 +29,6 @@ Each test clones the fork at its case's branch; ``by_hand`` is the plain-git
 way: `git am -3`, then the README's `sed` recipe on each conflicting file.
 """
 
-import hashlib
-import os
 import re
 import shutil
 import subprocess
@@ -39,24 +37,26 @@ import tempfile
 import unittest
 from pathlib import Path
 
+from wheel_forks import (
+    ENV,
+    TOOL,
+    commit_everything,
+    git,
+    make_scratch,
+    release_repository,
+    series,
+    snapshot,
+)
+
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase
 
 register_cpu_ci(est_time=60, suite="base-a-test-cpu")
 
-ROOT = Path(__file__).resolve().parents[3]
-TOOL = ROOT / "scripts" / "fork" / "apply_to_fork.py"
-# Each release line's series (patches/RELEASE/), and where scripts/dev/setup.sh
-# unpacked the release's wheel: the lines from v0.5.14, and two of the older
-# ones with the same three blocks (v0.5.6.x writes the load format on
-# __init__'s server_args instead).
-UNPACKED = {
-    "v0.5.16": ROOT / ".build" / "pristine",
-    "v0.5.15.post1": ROOT / ".build" / "releases" / "v0.5.15.post1",
-    "v0.5.14": ROOT / ".build" / "releases" / "v0.5.14",
-    "v0.5.13.post1": ROOT / ".build" / "releases" / "v0.5.13.post1",
-    "v0.5.9": ROOT / ".build" / "releases" / "v0.5.9",
-}
+# The release lines whose series these tests apply: the lines from v0.5.14,
+# and two of the older ones with the same three blocks (v0.5.6.x writes the
+# load format on __init__'s server_args instead).
+LINES = ("v0.5.16", "v0.5.15.post1", "v0.5.14", "v0.5.13.post1", "v0.5.9")
 SCHEDULER = "python/sglang/srt/managers/scheduler.py"
 EAGLE = "python/sglang/srt/speculative/eagle_worker_v2.py"
 
@@ -91,49 +91,14 @@ RECIPE = "sed -i -e '/^<<<<<<< /,/^=======$/d' -e '/^>>>>>>> /d'"
 
 
 def setUpModule() -> None:
-    """Makes the scratch folder and git's environment: no configuration of this
-    machine's, no package index."""
-    global TMP, ENV
-    for unpacked in UNPACKED.values():
-        if not (unpacked / "sglang" / "srt" / "server_args.py").is_file():
-            raise RuntimeError(f"{unpacked} is missing; run scripts/dev/setup.sh")
-    TMP = Path(tempfile.mkdtemp(prefix="comment-conflicts-"))
-    ENV = {}
-    for name, value in os.environ.items():
-        if not name.startswith(("GIT_", "PIP_")):
-            ENV[name] = value
-    ENV["GIT_CONFIG_NOSYSTEM"] = "1"
-    ENV["GIT_CONFIG_GLOBAL"] = os.devnull
-    ENV["GIT_CEILING_DIRECTORIES"] = str(TMP)
-    ENV["PIP_CONFIG_FILE"] = os.devnull
-    ENV["PIP_NO_INDEX"] = "1"
+    """Makes the scratch folder."""
+    global TMP
+    TMP = make_scratch("comment-conflicts-", LINES)
 
 
 def tearDownModule() -> None:
     """Removes the scratch folder."""
     shutil.rmtree(TMP, ignore_errors=True)
-
-
-def git(cwd: Path, *args: str, check: bool = True) -> str:
-    """Runs git in cwd and returns its stripped output; fails the test if git fails."""
-    run = subprocess.run(
-        ["git", *args], cwd=cwd, env=ENV, capture_output=True, text=True
-    )
-    if check and run.returncode != 0:
-        raise AssertionError(f"git {' '.join(args)} failed:\n{run.stderr}")
-    return run.stdout.strip()
-
-
-def commit_everything(repo: Path, message: str) -> None:
-    """Commits every change in repo."""
-    git(repo, "add", "-A")
-    identity = ["-c", "user.name=Fork", "-c", "user.email=fork@example.invalid"]
-    git(repo, *identity, "commit", "-q", "-m", message)
-
-
-def series(release: str) -> list[Path]:
-    """The patches of the release's series, in order."""
-    return sorted((ROOT / "patches" / release).glob("*.patch"))
 
 
 def insert(fork: Path, path: str, anchor: str, lines: list[str], offset: int) -> None:
@@ -151,16 +116,6 @@ def append(fork: Path, path: str, text: str) -> None:
     """Adds text at the end of path."""
     with open(fork / path, "a") as file:
         file.write(text)
-
-
-def release_files(release: str) -> set[str]:
-    """The files under python/sglang/ the release's series changes, those every
-    line with a series has, and the wheel's _version.py."""
-    files = {"_version.py", "srt/runtime_context.py"}
-    for patch in series(release):
-        diff = r"^diff --git a/python/sglang/(\S+) b/"
-        files |= set(re.findall(diff, patch.read_text(), re.M))
-    return files
 
 
 def add_the_comments(fork: Path) -> None:
@@ -200,14 +155,7 @@ def fork_with_cases(release: str) -> Path:
     fork = TMP / f"fork-{release}"
     if fork.exists():
         return fork
-    package = fork / "python" / "sglang"
-    for name in sorted(release_files(release)):
-        source = UNPACKED[release] / "sglang" / name
-        if source.is_file():
-            (package / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, package / name)
-    git(fork, "init", "-q", "-b", "main")
-    commit_everything(fork, f"sglang {release[1:]}")
+    release_repository(fork, release)
     cases = {
         "comments": add_the_comments,
         "comment-and-code": add_a_code_line,
@@ -239,21 +187,6 @@ class CommentConflictCase(CustomTestCase):
         """Runs the tool on fork and returns the run."""
         command = [sys.executable, str(TOOL), *flags, str(fork)]
         return subprocess.run(command, env=ENV, capture_output=True, text=True)
-
-    def snapshot(self, fork: Path) -> dict:
-        """HEAD, status, the index's bytes and every file's content outside .git."""
-        state = {
-            "HEAD": git(fork, "rev-parse", "HEAD"),
-            "status": git(fork, "status", "--porcelain", "-uall", "--ignored"),
-            "index": (fork / ".git" / "index").read_bytes(),
-        }
-        for folder, folders, files in os.walk(fork):
-            if folder == str(fork):
-                folders.remove(".git")
-            for name in files:
-                content = Path(folder, name).read_bytes()
-                state[os.path.join(folder, name)] = hashlib.sha1(content).hexdigest()
-        return state
 
     def assert_applied(self, run: subprocess.CompletedProcess, release: str) -> None:
         """Asserts the run applied the whole series."""
@@ -295,7 +228,7 @@ class TestCommentConflicts(CommentConflictCase):
     def test_comments_inside_the_blocks_the_series_deletes_are_resolved_and_shown(
         self,
     ) -> None:
-        for release in UNPACKED:
+        for release in LINES:
             with self.subTest(release=release):
                 fork = self.clone(release, "comments")
                 plain_git = self.clone(release, "comments")
@@ -359,10 +292,10 @@ class TestCommentConflicts(CommentConflictCase):
             self.assertIn(f"\n-            {comment}\n", diff)
 
     def test_a_code_change_beside_the_comment_is_refused(self) -> None:
-        for release in UNPACKED:
+        for release in LINES:
             with self.subTest(release=release):
                 fork = self.clone(release, "comment-and-code")
-                before = self.snapshot(fork)
+                before = snapshot(fork)
                 run = self.run_tool(fork)
                 self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
                 # All or nothing: the conflict in comments only is named, and
@@ -373,14 +306,14 @@ class TestCommentConflicts(CommentConflictCase):
                 self.assertIn(comments, run.stderr)
                 self.assertIn("nothing was changed", run.stderr)
                 self.assertNotIn("resolved", run.stdout)
-                self.assertEqual(self.snapshot(fork), before)
+                self.assertEqual(snapshot(fork), before)
                 run = self.run_tool(fork, "--revert")
                 self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
                 self.assertIn("apply: nothing to revert: ", run.stdout)
-                self.assertEqual(self.snapshot(fork), before)
+                self.assertEqual(snapshot(fork), before)
 
     def test_a_comment_outside_the_conflict_merges_3way_as_before(self) -> None:
-        for release in UNPACKED:
+        for release in LINES:
             with self.subTest(release=release):
                 fork = self.clone(release, "comment-outside")
                 tree = git(fork, "rev-parse", "HEAD^{tree}")

@@ -30,8 +30,6 @@ whose history lacks the release's files, as one made from a tarball. Branch
 release of each line's suite.
 """
 
-import hashlib
-import os
 import re
 import shutil
 import subprocess
@@ -40,20 +38,24 @@ import tempfile
 import unittest
 from pathlib import Path
 
+from wheel_forks import (
+    ENV,
+    TOOL,
+    commit_everything,
+    git,
+    make_scratch,
+    release_repository,
+    series,
+    snapshot,
+)
+
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase
 
 register_cpu_ci(est_time=60, suite="base-a-test-cpu")
 
-ROOT = Path(__file__).resolve().parents[3]
-TOOL = ROOT / "scripts" / "fork" / "apply_to_fork.py"
-# One line of each family, and where scripts/dev/setup.sh unpacked its wheel.
-UNPACKED = {
-    "v0.5.14": ROOT / ".build" / "releases" / "v0.5.14",
-    "v0.5.13.post1": ROOT / ".build" / "releases" / "v0.5.13.post1",
-    "v0.5.9": ROOT / ".build" / "releases" / "v0.5.9",
-    "v0.5.6.post2": ROOT / ".build" / "releases" / "v0.5.6.post2",
-}
+# One line of each family.
+LINES = ("v0.5.14", "v0.5.13.post1", "v0.5.9", "v0.5.6.post2")
 SERVER_ARGS = "python/sglang/srt/server_args.py"
 SCHEDULER = "python/sglang/srt/managers/scheduler.py"
 EAGLE = "python/sglang/srt/speculative/eagle_worker_v2.py"
@@ -78,49 +80,14 @@ OLDER_RUNNER = """PER_COMMIT_SUITES = {
 
 
 def setUpModule() -> None:
-    """Makes the scratch folder and git's environment: no configuration of this
-    machine's, no package index (the wheels are in .build/wheels)."""
-    global TMP, ENV
-    for unpacked in UNPACKED.values():
-        if not (unpacked / "sglang" / "srt" / "server_args.py").is_file():
-            raise RuntimeError(f"{unpacked} is missing; run scripts/dev/setup.sh")
-    TMP = Path(tempfile.mkdtemp(prefix="fork-lines-"))
-    ENV = {}
-    for name, value in os.environ.items():
-        if not name.startswith(("GIT_", "PIP_")):
-            ENV[name] = value
-    ENV["GIT_CONFIG_NOSYSTEM"] = "1"
-    ENV["GIT_CONFIG_GLOBAL"] = os.devnull
-    ENV["GIT_CEILING_DIRECTORIES"] = str(TMP)
-    ENV["PIP_CONFIG_FILE"] = os.devnull
-    ENV["PIP_NO_INDEX"] = "1"
+    """Makes the scratch folder."""
+    global TMP
+    TMP = make_scratch("fork-lines-", LINES)
 
 
 def tearDownModule() -> None:
     """Removes the scratch folder."""
     shutil.rmtree(TMP, ignore_errors=True)
-
-
-def git(cwd: Path, *args: str, check: bool = True) -> str:
-    """Runs git in cwd and returns its stripped output; fails the test if git fails."""
-    run = subprocess.run(
-        ["git", *args], cwd=cwd, env=ENV, capture_output=True, text=True
-    )
-    if check and run.returncode != 0:
-        raise AssertionError(f"git {' '.join(args)} failed:\n{run.stderr}")
-    return run.stdout.strip()
-
-
-def commit_everything(repo: Path, message: str) -> None:
-    """Commits every change in repo."""
-    git(repo, "add", "-A")
-    identity = ["-c", "user.name=Fork", "-c", "user.email=fork@example.invalid"]
-    git(repo, *identity, "commit", "-q", "-m", message)
-
-
-def series(release: str) -> list[Path]:
-    """The patches of the release's series, in order."""
-    return sorted((ROOT / "patches" / release).glob("*.patch"))
 
 
 def lines_of(fork: Path, path: str) -> list[str]:
@@ -204,29 +171,12 @@ def replace_the_blank_after_the_write(fork: Path) -> None:
     write_lines(fork, EAGLE, lines)
 
 
-def release_files(release: str) -> set[str]:
-    """The files under python/sglang/ the release's series changes, and the
-    files a fork's tool reads to find the line."""
-    files = {"_version.py", "version.py", "srt/runtime_context.py"}
-    for patch in series(release):
-        diff = r"^diff --git a/python/sglang/(\S+) b/"
-        files |= set(re.findall(diff, patch.read_text(), re.M))
-    return files
-
-
 def fork_with_cases(release: str) -> Path:
     """The release's repository with a branch for each case, made once."""
     fork = TMP / f"fork-{release}"
     if fork.exists():
         return fork
-    package = fork / "python" / "sglang"
-    for name in sorted(release_files(release)):
-        source = UNPACKED[release] / "sglang" / name
-        if source.is_file():
-            (package / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, package / name)
-    git(fork, "init", "-q", "-b", "main")
-    commit_everything(fork, f"sglang {release[1:]}")
+    release_repository(fork, release)
     drift_server_args(fork)
     commit_everything(fork, "fork: a comment in server_args.py")
     cases = {
@@ -286,33 +236,18 @@ class ForkLinesCase(CustomTestCase):
             text=True,
         )
 
-    def snapshot(self, fork: Path) -> dict:
-        """HEAD, status, the index's bytes and every file's content outside .git."""
-        state = {
-            "HEAD": git(fork, "rev-parse", "HEAD"),
-            "status": git(fork, "status", "--porcelain", "-uall", "--ignored"),
-            "index": (fork / ".git" / "index").read_bytes(),
-        }
-        for folder, folders, files in os.walk(fork):
-            if folder == str(fork):
-                folders.remove(".git")
-            for name in files:
-                content = Path(folder, name).read_bytes()
-                state[os.path.join(folder, name)] = hashlib.sha1(content).hexdigest()
-        return state
-
     def assert_refused_unchanged(
         self, fork: Path, run: subprocess.CompletedProcess, before: dict
     ) -> None:
         """Asserts the tool refused and left the fork as it was."""
         self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
         self.assertIn("nothing was changed", run.stderr)
-        self.assertEqual(self.snapshot(fork), before)
+        self.assertEqual(snapshot(fork), before)
 
 
 class TestGitAmReachesItsMerge(ForkLinesCase):
     def test_git_am_merges_3way_on_a_drifted_fork_with_the_release_history(self):
-        for release in UNPACKED:
+        for release in LINES:
             with self.subTest(release=release):
                 fork = self.clone(release, "beside")
                 am = self.git_am(fork, release)
@@ -331,7 +266,7 @@ class TestGitAmReachesItsMerge(ForkLinesCase):
 
 class TestLinesBesideTheFix(ForkLinesCase):
     def test_the_tool_keeps_the_forks_lines_beside_the_fix_and_shows_them(self):
-        for release in UNPACKED:
+        for release in LINES:
             for branch in ("beside", "no-history"):
                 with self.subTest(release=release, branch=branch):
                     fork = self.clone(release, branch)
@@ -389,10 +324,10 @@ class TestLinesBesideTheFix(ForkLinesCase):
 
 class TestRealDisagreementsAreRefused(ForkLinesCase):
     def test_a_fork_that_copies_the_config_is_told_where(self):
-        for release in UNPACKED:
+        for release in LINES:
             with self.subTest(release=release):
                 fork = self.clone(release, "own-copy")
-                before = self.snapshot(fork)
+                before = snapshot(fork)
                 run = self.run_tool(fork)
                 self.assert_refused_unchanged(fork, run, before)
                 copy_line = line_holding(lines_of(fork, SCHEDULER), OWN_COPY)
@@ -416,10 +351,10 @@ class TestRealDisagreementsAreRefused(ForkLinesCase):
     def test_code_in_place_of_a_line_the_fix_deletes_is_refused_with_its_lines(
         self,
     ):
-        for release in UNPACKED:
+        for release in LINES:
             with self.subTest(release=release):
                 fork = self.clone(release, "same-line")
-                before = self.snapshot(fork)
+                before = snapshot(fork)
                 run = self.run_tool(fork)
                 self.assert_refused_unchanged(fork, run, before)
                 number = line_holding(lines_of(fork, EAGLE), SAME_LINE) + 1
@@ -444,7 +379,7 @@ class TestTheRunnersSuite(ForkLinesCase):
     def test_a_runner_without_the_series_suite_is_named_with_the_lines_to_change(
         self,
     ):
-        for release in UNPACKED:
+        for release in LINES:
             with self.subTest(release=release):
                 fork = self.clone(release, "older-runner")
                 run = self.run_tool(fork)
@@ -468,7 +403,7 @@ class TestTheRunnersSuite(ForkLinesCase):
                     self.assertIn(f'"{suite}"', line)
 
     def test_a_runner_with_the_series_suite_is_not_mentioned(self):
-        for release in UNPACKED:
+        for release in LINES:
             with self.subTest(release=release):
                 fork = self.clone(release, "older-runner")
                 suites = '"stage-a-cpu-only", "default", "stage-a-test-cpu",'
