@@ -26,12 +26,16 @@ must catch (``DRAFT_SIDE_WRITES``).
 
 import ast
 import fcntl
+import functools
 import hashlib
+import multiprocessing
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
+import tempfile
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 FORKS = os.path.join(REPO, ".build", "forks")
@@ -385,6 +389,86 @@ def release_env(release, package_root):
     return env
 
 
+# Importing a release's sglang takes about 11 s a process here, and 8 s of
+# that is the packages sglang imports (``python -X importtime``), which are
+# this venv's whichever release it is. So the runs that import a release's
+# sglang (the CPU job's, the regression run at the release) are processes
+# forked from multiprocessing's fork server, which imports the heaviest of
+# those packages once per test process and no sglang; each run imports its
+# release's sglang from its own tree, as python3 there does, in about 3 s.
+SGLANG_DEPENDENCIES = [
+    "torch",
+    "transformers",
+    "triton",
+    "datasets",
+    "xgrammar",
+    "compressed_tensors",
+    "scipy",
+    "openai",
+    "fastapi",
+    "pandas",
+]
+FORK_SERVER = multiprocessing.get_context("forkserver")
+FORK_SERVER.set_forkserver_preload(SGLANG_DEPENDENCIES)
+
+
+@functools.cache
+def plain_sys_path():
+    """``sys.path`` of this venv's python3 after its first entry, with no
+    PYTHONPATH: the standard library and the venv's site-packages."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys; print(*sys.path[1:], sep='\\n')"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return proc.stdout.splitlines()
+
+
+def _start_as_python3(argv, cwd, env, path, output):
+    """In the forked process: start as ``python3 ARGV`` in ``cwd`` with
+    ``env`` does, with ``path`` after PYTHONPATH, writing to ``output``."""
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    fd = os.open(output, os.O_WRONLY)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    option, target, *args = argv
+    # python3 -c puts "" first on sys.path, python3 -m the current folder.
+    first = "" if option == "-c" else cwd
+    sys.path[:] = [first, *env["PYTHONPATH"].split(os.pathsep), *path]
+    if option == "-c":
+        sys.argv = ["-c", *args]
+        exec(compile(target, "<string>", "exec"), {"__name__": "__main__"})
+    else:
+        sys.argv = [target, *args]
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+
+
+def python3(argv, cwd, env, timeout):
+    """Run ``python3 ARGV`` (``-c CODE ARG...`` or ``-m MODULE ARG...``) in
+    ``cwd`` with ``env``, forked from the fork server; return its output
+    (stdout and stderr as it wrote them) and exit status."""
+    with tempfile.NamedTemporaryFile("r", prefix="python3-", suffix=".log") as out:
+        process = FORK_SERVER.Process(
+            target=_start_as_python3,
+            args=(argv, cwd, env, plain_sys_path(), out.name),
+        )
+        process.start()
+        process.join(timeout)
+        if process.exitcode is None:
+            process.kill()
+            process.join()
+            raise AssertionError(
+                f"python3 {argv[0]} ran over {timeout} s:\n{out.read()[-4000:]}"
+            )
+        return out.read(), process.exitcode
+
+
 def run_suite(clone, release, how, *only):
     """Run the CPU job's steps for ``release``'s suite in ``clone/test`` as the
     job does (python3 is the venv's, the clone's python/ its installed sglang),
@@ -393,12 +477,9 @@ def run_suite(clone, release, how, *only):
     output and exit status."""
     env = release_env(release, os.path.join(clone, "python"))
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    proc = subprocess.run(
-        ["python3", "-c", RUN_SUITE, cpu_suite(release), how, *only],
+    return python3(
+        ["-c", RUN_SUITE, cpu_suite(release), how, *only],
         cwd=os.path.join(clone, "test"),
         env=env,
-        capture_output=True,
-        text=True,
         timeout=1800,
     )
-    return proc.stdout + proc.stderr, proc.returncode

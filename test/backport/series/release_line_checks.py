@@ -18,8 +18,9 @@ as the fork's CI clones it. Then:
   in a depth-1 clone of C: the runner's collection, with its sanity check,
   selects exactly the test files the series adds, and they pass, with the
   stand-ins of ``release_forks.stand_ins`` for what that job has and this venv
-  lacks. They run in the one interpreter that collected them (importing sglang
-  takes 10 to 15 s a process here); that the runner's own way, a process per
+  lacks. They run in the one interpreter that collected them, forked from
+  the one that imported sglang's heaviest packages
+  (``release_forks.python3``); that the runner's own way, a process per
   file, runs them and turns red on a failure is checked once per series, in
   ``fork_ci_checks.py``;
 - on the older lines, at the release's tag with only the shipped test files
@@ -31,7 +32,7 @@ as the fork's CI clones it. Then:
   (its check's pin, ``_BASELINE``, is the line's own).
 
 What adding a release costs is a class in one of those files: a fork made
-from its wheel (once per run, shared), two processes that import its sglang,
+from its wheel (once per run, shared), two runs that import its sglang,
 and one run of the apply tool.
 """
 
@@ -47,6 +48,7 @@ from release_forks import (
     clone,
     git,
     line_patches,
+    python3,
     release_env,
     run_suite,
     shared_fork,
@@ -157,17 +159,14 @@ class RegressionAtTheRelease:
 
         # One process for all of them: -rfE lists each failing test (and
         # subtest) by node id in the summary.
-        run = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider"]
+        said, _ = python3(
+            ["-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider"]
             + list(self.REGRESSION_CLASSES),
             cwd=release,
             env=release_env(self.RELEASE, os.path.join(release, "python")),
-            capture_output=True,
-            text=True,
             timeout=600,
         )
 
-        said = run.stdout + run.stderr
         summary = [
             line
             for line in said.splitlines()

@@ -5,12 +5,10 @@ v0.5.10.post1 series on a fork of upstream's main from before v0.5.10.
 
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import unittest
 
-from release_forks import clone, git, release_env
+from release_forks import clone, git, python3, release_env
 from release_line_checks import RegressionAtTheRelease, ReleaseLineTests
 
 # Imports each file it is given, as the runner's collection does, without
@@ -72,17 +70,15 @@ class TestTheV0_5_10Post1SeriesOnMainBeforeV0_5_10(unittest.TestCase):
         shipped = [path for path in added.split() if path.startswith("test/")]
         self.assertEqual(len(shipped), 4, shipped)
 
-        run = subprocess.run(
-            [sys.executable, "-c", IMPORT_EACH, *shipped],
+        said, returncode = python3(
+            ["-c", IMPORT_EACH, *shipped],
             cwd=checkout,
             env=release_env("v0.5.9", os.path.join(checkout, "python")),
-            capture_output=True,
-            text=True,
             timeout=600,
         )
 
-        self.assertEqual(run.returncode, 0, run.stdout + run.stderr[-4000:])
-        self.assertEqual(run.stdout.count("imported "), 4, run.stdout)
+        self.assertEqual(returncode, 0, said[-4000:])
+        self.assertEqual(said.count("imported "), 4, said[-4000:])
 
 
 if __name__ == "__main__":
