@@ -396,6 +396,7 @@ def release_env(release, package_root):
 # forked from multiprocessing's fork server, which imports the heaviest of
 # those packages once per test process and no sglang; each run imports its
 # release's sglang from its own tree, as python3 there does, in about 3 s.
+# None of these packages imports sglang, sgl_kernel or vllm (the stand-ins).
 SGLANG_DEPENDENCIES = [
     "torch",
     "transformers",
@@ -428,8 +429,8 @@ def plain_sys_path():
 
 
 def _start_as_python3(argv, cwd, env, path, output):
-    """In the forked process: start as ``python3 ARGV`` in ``cwd`` with
-    ``env`` does, with ``path`` after PYTHONPATH, writing to ``output``."""
+    """In the forked process: start as ``python3 ARGV`` does in ``cwd`` with
+    ``env``, ``path`` after PYTHONPATH, writing to ``output``; then run."""
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
@@ -438,7 +439,9 @@ def _start_as_python3(argv, cwd, env, path, output):
     os.dup2(fd, 2)
     os.close(fd)
     option, target, *args = argv
-    # python3 -c puts "" first on sys.path, python3 -m the current folder.
+    # The whole of sys.path, as python3 makes it: the test process's (which
+    # the fork server passed on) has pytest's test folders. python3 -c puts
+    # "" first, python3 -m the current folder.
     first = "" if option == "-c" else cwd
     sys.path[:] = [first, *env["PYTHONPATH"].split(os.pathsep), *path]
     if option == "-c":
