@@ -92,10 +92,11 @@ PRE_COMMIT_HOOKS = (
 CI_REGISTER_CALL = re.compile(r"\bregister_\w+_ci\(")
 
 # The fork's own ratchets: upstream's ratchet tests at each line's cut, by
-# their rules. Each counts over the fork's python/sglang (the package the
-# fork's CI installs); the series changes only the files it touches, so the
-# counts of the release and of the fork differ only there, and only those
-# files are counted.
+# their rules, each over the fork's python/sglang (the package the fork's CI
+# installs). The series changes no file but those it touches, so the
+# release's counts and the fork's can differ only there: those alone are
+# counted.
+PACKAGE = "python/sglang/"
 MUTATION_RULES = (
     re.compile(r"\bserver_args\.[a-z0-9_]+\s*=(?![=}])"),
     re.compile(r"\bsa\.[a-z0-9_]+\s*=(?![=}])"),
@@ -145,11 +146,11 @@ def package_files(tree, paths):
     among ``paths`` (relative to the tree's root) that ``tree`` has."""
     found = {}
     for path in paths:
-        if not (path.startswith("python/sglang/") and path.endswith(".py")):
+        if not (path.startswith(PACKAGE) and path.endswith(".py")):
             continue
         if os.path.isfile(os.path.join(tree, path)):
             with open(os.path.join(tree, path), encoding="utf-8") as fh:
-                found[path[len("python/sglang/") :]] = fh.read()
+                found[path[len(PACKAGE) :]] = fh.read()
     return found
 
 
