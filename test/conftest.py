@@ -14,12 +14,8 @@ import pytest
 # Node ids (relative to the repository root) of classes or tests.
 SHIPPED_REGRESSION_TESTS = (
     "test/registered/unit/spec/test_draft_server_args.py::TestSchedulerDraftHandoff",
-    "test/registered/unit/spec/test_eagle_draft_server_args.py"
+    "test/registered/unit/spec/test_draft_server_args.py"
     "::TestEagleDraftLeavesTheTargetAlone",
-    "test/registered/unit/spec/test_eagle_draft_server_args.py"
-    "::TestOtherDraftWorkersLeaveTheTargetAlone",
-    "test/registered/unit/model_executor/test_draft_load_config.py"
-    "::TestDraftLoadConfig",
     "test/registered/unit/test_server_args_write_sites_ratchet.py"
     "::TestServerArgsWriteSitesRatchet",
 )
