@@ -1,239 +1,164 @@
 #!/usr/bin/env python3
-"""Find the writes onto a ServerArgs on the speculative draft side.
+"""Find the writes onto a ServerArgs on the speculative draft side, which
+test/registered/unit/test_server_args_write_sites_ratchet.py pins.
 
-The draft side is srt/speculative/, DRAFT_SIDE_FUNCTIONS and the Scheduler
-method that builds the draft worker (DRAFT_BUILDERS), with the defs inside
-them; test/registered/unit/test_server_args_write_sites_ratchet.py pins
-its writes. A write is R.override(...), R.field = ... (also in a tuple),
-R.field += ..., del R.field or setattr(R, ...), where R is a name or attribute
-server_args or *_server_args (self.server_args, draft_server_args), or a name
-bound to one earlier in the same function (cfg = self.server_args). Files are
-parsed with ast, so comments, strings and layout never count.
+The draft side is srt/speculative/ and the functions that build the draft. A
+write is R.field as the target of =, += or del, R.override(...) or
+setattr(R, ...), where R is server_args, a name or attribute ending in
+_server_args, or a name bound to one earlier in the same function.
 
-    python3 scripts/ratchet/writer_ratchet.py [PACKAGE]
-
-lists them, in PACKAGE or else this checkout's python/sglang.
+Usage: python3 scripts/ratchet/writer_ratchet.py [PACKAGE, default python/sglang]
 """
 
 import ast
+import glob
 import os
 import re
 import sys
+from collections import Counter
 from typing import NamedTuple
 
-DRAFT_SIDE_FOLDER = "srt/speculative/"
-DRAFT_SIDE_FUNCTIONS = {
-    "srt/managers/scheduler.py": ("Scheduler.init_all_attention_backends",),
-    "srt/server_args.py": ("draft_server_args_copy",),
+SPECULATIVE = "srt/speculative/"
+DRAFT_SIDE = {
+    "srt/managers/scheduler.py": ["Scheduler.init_all_attention_backends"],
+    "srt/server_args.py": ["draft_server_args_copy"],
 }
-# The Scheduler method that builds the draft worker is on the draft side too:
-# the first of these that the release's scheduler.py defines
-# (maybe_init_draft_worker from v0.5.8, init_model_worker on v0.5.7,
-# __init__ on v0.5.6.x).
-SCHEDULER_FILE = "srt/managers/scheduler.py"
-DRAFT_BUILDERS = (
-    "Scheduler.maybe_init_draft_worker",
-    "Scheduler.init_model_worker",
-    "Scheduler.__init__",
-)
-SERVER_ARGS_NAME = re.compile(r"(\w+_)?server_args$")
-SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+# The Scheduler method that builds the draft worker: the first of these that
+# the release has (v0.5.8 on, v0.5.7, v0.5.6).
+DRAFT_BUILDERS = ["maybe_init_draft_worker", "init_model_worker", "__init__"]
+SERVER_ARGS = re.compile(r"(\w+_)?server_args$")
 
 
 class Site(NamedTuple):
-    """One write onto a ServerArgs."""
-
-    file: str  # relative to the package directory
-    function: str  # Class.method, function.inner, or <module>
-    kind: str  # override, assign or setattr
+    file: str  # under the package
     line: int
+    function: str  # Class.method, or <module>
     write: str  # the write less its values: "server_args.port ="
-    code: str  # the statement, as ast.unparse writes it on one line
+
+    def key(self):
+        """What the pin names: a moved line or an edited value is the same."""
+        return self.function, self.write
 
 
-def site_key(site):
-    """What makes two sites the same: a moved line or a new value does not."""
-    return (site.file, site.function, site.write)
+class WriteFinder(ast.NodeVisitor):
+    """The writes onto a ServerArgs in one module, and the defs it has."""
 
+    def __init__(self, file):
+        self.file = file
+        self.scope = []
+        self.defs = set()
+        self.aliases = set()
+        self.sites = []
 
-def is_server_args(node, aliases):
-    """Whether an expression is a ServerArgs: an R of the module docstring."""
-    if isinstance(node, ast.Name):
-        return bool(SERVER_ARGS_NAME.match(node.id)) or node.id in aliases
-    if isinstance(node, ast.Attribute):
-        return bool(SERVER_ARGS_NAME.match(node.attr))
-    return False
+    def visit_FunctionDef(self, node):
+        outer, self.aliases = self.aliases, set()
+        self.scope.append(node.name)
+        self.defs.add(".".join(self.scope))
+        self.generic_visit(node)
+        self.scope.pop()
+        self.aliases = outer
 
+    visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
 
-def own_nodes(scope):
-    """The nodes of a scope in source order, and the defs and classes in it
-    but not their code, which is a scope of its own."""
-    for child in ast.iter_child_nodes(scope):
-        yield child
-        if not isinstance(child, SCOPES):
-            yield from own_nodes(child)
+    def is_server_args(self, node):
+        if isinstance(node, ast.Name):
+            return bool(SERVER_ARGS.match(node.id)) or node.id in self.aliases
+        return isinstance(node, ast.Attribute) and bool(SERVER_ARGS.match(node.attr))
 
+    def add(self, node, write):
+        function = ".".join(self.scope) or "<module>"
+        self.sites.append(Site(self.file, node.lineno, function, write))
 
-def aliases_in(nodes):
-    """The names bound to a ServerArgs in a scope: cfg = self.server_args."""
-    aliases = set()
-    for node in nodes:
-        if isinstance(node, ast.Assign) and is_server_args(node.value, aliases):
+    def visit_Assign(self, node):
+        self.generic_visit(node)
+        if self.is_server_args(node.value):
             for target in node.targets:
                 if isinstance(target, ast.Name):
-                    aliases.add(target.id)
-    return aliases
+                    self.aliases.add(target.id)
 
+    def visit_Attribute(self, node):
+        # R.field stored or deleted: by =, +=, del, in a tuple, by for or with.
+        if not isinstance(node.ctx, ast.Load) and self.is_server_args(node.value):
+            field = f"{ast.unparse(node.value)}.{node.attr}"
+            deleted = isinstance(node.ctx, ast.Del)
+            self.add(node, f"del {field}" if deleted else f"{field} =")
+        self.generic_visit(node)
 
-def call_without_values(call, aliases, shown):
-    """A write call less its values: R.override('source', port=...), with
-    the first `shown` positional arguments if each is a constant or an R."""
-    parts = []
-    for position, argument in enumerate(call.args):
-        if position < shown and (
-            isinstance(argument, ast.Constant) or is_server_args(argument, aliases)
-        ):
-            parts.append(ast.unparse(argument))
-        else:
-            parts.append("...")
-    names = [keyword.arg for keyword in call.keywords if keyword.arg is not None]
-    parts += [f"{name}=..." for name in sorted(names)]
-    for keyword in call.keywords:
-        if keyword.arg is None and isinstance(keyword.value, ast.Name):
-            parts.append(f"**{keyword.value.id}")
-        elif keyword.arg is None:
-            parts.append("**...")
-    return f"{ast.unparse(call.func)}({', '.join(parts)})"
-
-
-def attributes_set_by(target):
-    """The attributes an assignment target sets: sa.a, (sa.b, sa.c) = ..."""
-    if isinstance(target, (ast.Tuple, ast.List)):
-        found = []
-        for element in target.elts:
-            found += attributes_set_by(element)
-        return found
-    if isinstance(target, ast.Attribute):
-        return [target]
-    return []
-
-
-def writes_of(node, aliases):
-    """The (kind, write) pairs of one node: none, or one per field it sets."""
-    if isinstance(node, ast.Call):
-        function = node.func
-        if (
-            isinstance(function, ast.Attribute)
-            and function.attr == "override"
-            and is_server_args(function.value, aliases)
-        ):
-            return [("override", call_without_values(node, aliases, 1))]
-        if (
-            isinstance(function, ast.Name)
-            and function.id == "setattr"
-            and node.args
-            and is_server_args(node.args[0], aliases)
-        ):
-            return [("setattr", call_without_values(node, aliases, 2))]
-        return []
-    if isinstance(node, ast.Assign):
-        targets, form = node.targets, "{} ="
-    elif isinstance(node, ast.AugAssign):
-        targets, form = [node.target], "{} ="
-    elif isinstance(node, ast.Delete):
-        targets, form = node.targets, "del {}"
-    else:
-        return []
-    writes = []
-    for target in targets:
-        for attribute in attributes_set_by(target):
-            if is_server_args(attribute.value, aliases):
-                field = f"{ast.unparse(attribute.value)}.{attribute.attr}"
-                writes.append(("assign", form.format(field)))
-    return writes
-
-
-def sites_in_scope(scope, qualname, file):
-    """The sites of a module, class or function, and of the scopes in it."""
-    nodes = list(own_nodes(scope))
-    aliases = aliases_in(nodes)
-    function = ".".join(qualname) or "<module>"
-    sites = []
-    for node in nodes:
-        if isinstance(node, SCOPES):
-            inner = [*qualname, node.name]
-            sites += sites_in_scope(node, inner, file)
-        for kind, write in writes_of(node, aliases):
-            code = ast.unparse(node)
-            sites.append(Site(file, function, kind, node.lineno, write, code))
-    return sites
-
-
-def draft_builder(tree):
-    """The first of DRAFT_BUILDERS that a parsed scheduler.py defines."""
-    methods = {
-        f"{scope.name}.{node.name}"
-        for scope in tree.body
-        if isinstance(scope, ast.ClassDef)
-        for node in scope.body
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-    }
-    return next((name for name in DRAFT_BUILDERS if name in methods), None)
-
-
-def draft_side_functions(file, tree):
-    """The functions of a parsed file that are on the draft side."""
-    functions = list(DRAFT_SIDE_FUNCTIONS.get(file, ()))
-    if file == SCHEDULER_FILE and draft_builder(tree) is not None:
-        functions.append(draft_builder(tree))
-    return functions
-
-
-def on_draft_side(site, functions):
-    """Whether a site is in the speculative folder or in one of functions."""
-    if site.file.startswith(DRAFT_SIDE_FOLDER):
-        return True
-    for function in functions:
-        if site.function == function or site.function.startswith(function + "."):
-            return True
-    return False
+    def visit_Call(self, node):
+        function, args = node.func, node.args
+        if isinstance(function, ast.Name) and function.id == "setattr":
+            if len(args) > 1 and self.is_server_args(args[0]):
+                field = args[1]
+                field = repr(field.value) if isinstance(field, ast.Constant) else "..."
+                self.add(node, f"setattr({ast.unparse(args[0])}, {field})")
+        elif isinstance(function, ast.Attribute) and function.attr == "override":
+            if self.is_server_args(function.value):
+                # A write per field: server_args.override(context_length).
+                fields = [
+                    k.arg or f"**{getattr(k.value, 'id', '...')}" for k in node.keywords
+                ]
+                for field in fields or ["..."]:
+                    self.add(node, f"{ast.unparse(function.value)}.override({field})")
+        self.generic_visit(node)
 
 
 def draft_side_sites(root):
     """The writes onto a ServerArgs on the draft side of the package root."""
-    files = [f for f in DRAFT_SIDE_FUNCTIONS if os.path.isfile(os.path.join(root, f))]
-    for folder, _, names in os.walk(os.path.join(root, DRAFT_SIDE_FOLDER)):
-        relative = os.path.relpath(folder, root).replace(os.sep, "/")
-        files += [f"{relative}/{name}" for name in names if name.endswith(".py")]
+    files = glob.glob(f"{SPECULATIVE}**/*.py", root_dir=root, recursive=True)
+    files += [file for file in DRAFT_SIDE if os.path.isfile(os.path.join(root, file))]
     sites = []
     for file in files:
-        path = os.path.join(root, file)
-        with open(path, encoding="utf-8") as fh:
-            tree = ast.parse(fh.read(), filename=path)
-        functions = draft_side_functions(file, tree)
-        found = sites_in_scope(tree, [], file)
-        sites += [site for site in found if on_draft_side(site, functions)]
-    return sorted(sites, key=lambda site: (site.file, site.line, site.write))
+        finder = WriteFinder(file)
+        with open(os.path.join(root, file), encoding="utf-8") as fh:
+            finder.visit(ast.parse(fh.read(), filename=fh.name))
+        builders = [f"Scheduler.{name}" for name in DRAFT_BUILDERS]
+        builders = [name for name in builders if name in finder.defs]
+        functions = DRAFT_SIDE.get(file, []) + builders[:1]
+        for site in finder.sites:
+            inside = [f for f in functions if f"{site.function}.".startswith(f"{f}.")]
+            if file.startswith(SPECULATIVE) or inside:
+                sites.append(site)
+    return sorted(sites)
 
 
-def site_line(root, site):
-    """A site as a report shows it: file:line: code  [kind in function]."""
+def describe(root, site):
     path = os.path.join(root, site.file)
-    if not os.path.relpath(path).startswith(".."):
-        path = os.path.relpath(path)
-    return f"{path}:{site.line}: {site.code}  [{site.kind} in {site.function}]"
+    return f"  {path}:{site.line}: {site.function}: {site.write}"
+
+
+def check(root, baseline):
+    """How the draft side's writes in the package root differ from baseline,
+    {function: [write, ...]}; "" when they match it."""
+    sites = draft_side_sites(root)
+    found = Counter(site.key() for site in sites)
+    pinned = Counter((f, write) for f, writes in baseline.items() for write in writes)
+    new, gone = found - pinned, pinned - found
+    report = []
+    if new:
+        report.append("new writes onto a ServerArgs on the speculative draft side:")
+        report += [describe(root, site) for site in sites if site.key() in new]
+        report.append(
+            "Build the draft from its own copy (draft_server_args_copy) or hand it "
+            "the value. A write reviewed and meant goes in _BASELINE[function]."
+        )
+    if gone:
+        report.append(
+            "draft-side writes onto a ServerArgs shrank; remove them from "
+            "_BASELINE[function] to lock in the progress:"
+        )
+        report += [
+            f"  {function}: {write}" for function, write in sorted(gone.elements())
+        ]
+    return "\n".join(report)
 
 
 def main():
-    checkout = os.path.dirname(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    )
-    root = os.path.join(checkout, "python", "sglang")
-    if len(sys.argv) > 1:
-        root = sys.argv[1]
+    checkout = os.path.abspath(os.path.join(__file__, "..", "..", ".."))
+    root = sys.argv[1] if len(sys.argv) > 1 else f"{checkout}/python/sglang"
+    if not os.path.isdir(os.path.join(root, SPECULATIVE)):
+        sys.exit(f"writer_ratchet: no {SPECULATIVE} in {root}; give an sglang package")
     sites = draft_side_sites(root)
-    for site in sites:
-        print(site_line(root, site))
+    print("\n".join(describe(root, site) for site in sites))
     print(f"{len(sites)} writes onto a ServerArgs on the draft side of {root}")
 
 

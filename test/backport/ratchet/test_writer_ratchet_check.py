@@ -1,6 +1,6 @@
 """The writer ratchet's script as a maintainer runs it by hand, on synthetic
-trees: what it lists, a file it cannot parse, and which tree it scans by
-default.
+trees: what it lists, a file it cannot parse, a folder that is no sglang
+package, and which tree it scans by default.
 
 Every test starts from a fresh temporary directory::
 
@@ -58,7 +58,7 @@ class CheckCase(CustomTestCase):
 
 
 class TestListing(CheckCase):
-    def test_it_lists_the_draft_sides_writes_by_file_line_code_and_function(self):
+    def test_it_lists_the_draft_sides_writes_by_file_line_function_and_write(self):
         code, out, err = run_ratchet(self.root)
 
         self.assertEqual(code, 0, err)
@@ -67,10 +67,9 @@ class TestListing(CheckCase):
         self.assertEqual(
             out.splitlines(),
             [
-                f"{scheduler}:4: self.server_args.load_format = 'dummy'"
-                "  [assign in Scheduler.maybe_init_draft_worker]",
-                f"{worker}:3: server_args.override('draft.context_length',"
-                " context_length=target.n)  [override in build]",
+                f"  {scheduler}:4: Scheduler.maybe_init_draft_worker:"
+                " self.server_args.load_format =",
+                f"  {worker}:3: build: server_args.override(context_length)",
                 f"2 writes onto a ServerArgs on the draft side of {self.root}",
             ],
         )
@@ -84,6 +83,16 @@ class TestListing(CheckCase):
         self.assertNotEqual(code, 0, out)
         self.assertIn(f'File "{path}", line 2', err)
         self.assertIn("SyntaxError", err)
+
+    def test_a_folder_that_is_no_sglang_package_is_named_without_a_traceback(self):
+        code, out, err = run_ratchet(self.dir)
+
+        self.assertEqual(code, 1, out)
+        self.assertEqual(
+            err,
+            f"writer_ratchet: no srt/speculative/ in {self.dir};"
+            " give an sglang package\n",
+        )
 
 
 class TestDefaultTree(CheckCase):
@@ -109,7 +118,7 @@ class TestDefaultTree(CheckCase):
         )
 
         self.assertEqual(proc.returncode, 0, proc.stderr)
-        self.assertIn("[override in build]", proc.stdout)
+        self.assertIn(": build: server_args.override(context_length)", proc.stdout)
         self.assertIn(f"of {checkout}/python/sglang", proc.stdout)
 
 

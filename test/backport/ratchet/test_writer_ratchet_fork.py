@@ -1,8 +1,8 @@
 """The writer ratchet in a drifted fork: a v0.5.16 fork with ServerArgs writes
 of its own gets the series by ``git am -3 patches/v0.5.16/*.patch``; then the
 shipped check passes with no further step, a new write on the draft side fails
-it, named by file and line, and the entry it prints, added to ``_BASELINE``,
-records the reviewed write.
+it, named by file and line with its function and write, and that write, added
+under its function to ``_BASELINE``, records the reviewed write.
 
 The module builds one fork (see ratchet_harness), oldest commit first::
 
@@ -111,23 +111,24 @@ class TestAfterGitAm(ForkCase):
 
         self.assertNotEqual(code, 0, out)
         self.assertIn(
-            f"{SCHEDULER}:{line}: "
-            "self.server_args.override('fork.draft', load_format='dummy')"
-            "  [override in Scheduler.maybe_init_draft_worker]",
+            f"{SCHEDULER}:{line}: Scheduler.maybe_init_draft_worker:"
+            " self.server_args.override(load_format)\n",
             out,
         )
-        entry = (
-            "    ('srt/managers/scheduler.py', 'Scheduler.maybe_init_draft_worker',"
-            " \"self.server_args.override('fork.draft', load_format=...)\"),"
-        )
-        self.assertIn(entry, out)
+        self.assertIn("goes in _BASELINE[function]", out)
 
-        # The reviewer's edit: the printed entry, added to the pin.
+        # The reviewer's edit: the printed write, pinned under its function.
+        entry = (
+            '"Scheduler.maybe_init_draft_worker":'
+            ' ["self.server_args.override(load_format)"],'
+        )
         path = os.path.join(fork, SHIPPED_TEST)
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
         with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text.replace("_BASELINE = [\n", f"_BASELINE = [\n{entry}\n", 1))
+            fh.write(
+                text.replace("_BASELINE = {\n", f"_BASELINE = {{\n    {entry}\n", 1)
+            )
         code, out = run_shipped_test(fork)
         self.assertEqual(code, 0, out)
 
@@ -153,7 +154,11 @@ class TestAfterGitAm(ForkCase):
 
         self.assertNotEqual(code, 0, out)
         self.assertIn("draft-side writes onto a ServerArgs shrank", out)
-        self.assertIn("'MultiLayerEagleDraftWorker.alloc_memory_pool'", out)
+        self.assertIn(
+            "  MultiLayerEagleDraftWorker.alloc_memory_pool:"
+            " self.server_args.override(max_mamba_cache_size)\n",
+            out,
+        )
 
 
 if __name__ == "__main__":
