@@ -595,8 +595,13 @@ class TestApplying(ForkCase):
                 for name in ("sglang/srt/speculative/multi_layer_eagle_worker_v2.py",):
                     copy.writestr(name, source.read(name))
         fetch = f"`cd {fork} && git fetch {UPSTREAM_REPO} v0.5.16`"
-        lacking = f"{SERVER_ARGS} (no v0.5.16 base)"
-        self.assert_refused(fork, f"(for no v0.5.16 base: {fetch})", lacking, tool=tool)
+        lacking = (
+            f"lacks v0.5.16's copy of {SERVER_ARGS}, which git needs to merge 3-way"
+        )
+        wheel = (
+            f"and .build/wheels/{wheel.name} lacks it too; get them with git ({fetch})"
+        )
+        self.assert_refused(fork, lacking, wheel, tool=tool)
 
     def test_a_second_run_has_nothing_to_do(self) -> None:
         fork = self.fork_of_the_release()
@@ -689,7 +694,7 @@ class TestApplying(ForkCase):
             f"{SERIES[0].name}: {RUNTIME_CONTEXT} {comments}",
             f"{SCHEDULER} {comments}",
             f"{EAGLE} {comments}",
-            f"{STANDALONE} (deleted or moved in your fork)",
+            f"{STANDALONE} (not in your fork: deleted, moved or never there)",
             f"{first_new_file} (your fork already has a file there)",
         )
         self.assertEqual(run.stderr.count("\n"), 1, "one line")
@@ -698,7 +703,9 @@ class TestApplying(ForkCase):
 
     def test_a_file_the_fork_never_had_is_named(self) -> None:
         fork = self.imported_fork(without=(MULTI_LAYER,))
-        self.assert_refused(fork, f"{MULTI_LAYER} (your fork has no {MULTI_LAYER})")
+        self.assert_refused(
+            fork, f"{MULTI_LAYER} (not in your fork: deleted, moved or "
+        )
 
     def test_a_hook_that_refuses_in_the_trial_changes_nothing(self) -> None:
         fork = self.fork_of_the_release()
@@ -786,6 +793,51 @@ git -C {shlex.quote(str(fork))} commit -q --allow-empty -m 'fork: made meanwhile
                 tool = self.copy_of_this_project(patches)
                 fork = self.fork_of_the_release()
                 self.assert_refused(fork, needle, "checkout -- patches", tool=tool)
+
+
+class TestCheck(ForkCase):
+    def test_check_says_what_applying_would_do_and_changes_nothing(self) -> None:
+        fork = self.fork_of_the_release()
+        add_note_inside_the_context(fork, SCHEDULER, "# fork: a local note")
+        commit_everything(fork, "fork: a note near the backport")
+        before = snapshot(fork)
+        checked = self.run_tool(fork, "--check")
+        self.assertEqual(checked.returncode, 0, checked.stdout + checked.stderr)
+        self.assertEqual(snapshot(fork), before)
+        count = f"{len(SERIES)} of the {len(SERIES)} patches"
+        would = f"apply: would apply {count} to branch main of {fork}; nothing was"
+        self.assertIn(f"{would} changed (--check)\n", checked.stdout)
+        merged = (
+            f"apply: would be merged 3-way with your fork's changes: {SERIES[1].name}"
+        )
+        self.assertIn(merged, checked.stdout)
+        # What applying then says of the line, and does.
+        run = self.run_tool(fork)
+        self.assert_done(run, fork)
+        self.assertEqual(run.stdout.splitlines()[0], checked.stdout.splitlines()[0])
+
+    def test_check_of_a_fork_that_conflicts_names_each_conflict(self) -> None:
+        fork = self.fork_of_the_release()
+        add_note_to_a_changed_line(fork, SCHEDULER, "# fork: our own change")
+        (fork / STANDALONE).unlink()
+        commit_everything(fork, "fork: change lines the backport changes")
+        self.assert_refused(
+            fork,
+            "not even with a 3-way",
+            f"{SCHEDULER} (changed in your fork too, only in comments: take",
+            f"{STANDALONE} (not in your fork: deleted, moved or never there)",
+            flags=("--check",),
+        )
+
+    def test_check_of_a_revert_says_what_it_would_revert(self) -> None:
+        fork = self.fork_of_the_release()
+        am(fork, SERIES)
+        before = snapshot(fork)
+        run = self.run_tool(fork, "--check", "--revert")
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        would = f"apply: would revert {len(SERIES)} commit(s), newest first; nothing"
+        self.assertIn(f"{would} was changed (--check)", run.stdout)
+        self.assertEqual(snapshot(fork), before)
 
 
 class TestTheFork(ForkCase):
@@ -982,18 +1034,20 @@ class TestReverting(ForkCase):
 
 
 class TestReleaseLines(ForkCase):
-    """The line is read from the blobs the series' index lines name: each series
-    serves its own."""
+    """The line is read from the fork's code, the machinery of each line's
+    release: each series serves its own."""
 
     def line_said(self, fork: Path, release: str, series: str, same: int) -> str:
-        """What the tool says of a fork on release whose files are, but for those
-        of the series' release that release lacks, as released."""
+        """A pattern of what the tool says of a fork on release whose files are,
+        but for those of the series' release that release lacks, as released:
+        the line, the machinery of the series' release it found in the fork's
+        code, and how many of the fork's files are the release's blobs."""
         patches = sorted((ROOT / "patches" / series).glob("*.patch"))
         changed = len(files_changed_by(patches))
-        files = f"{same} of {changed} files the {series} series changes"
-        found = f"{files} are {series}'s as released"
-        by = "(by the blobs its patches' index lines name)"
-        return f"apply: {fork} is on the {release} line: {found} {by}"
+        on = f"apply: {fork} is on the {release} line: its code has {series}'s"
+        found = f"; {same} of {changed} files the {series} series changes are"
+        found += f" {series}'s as released"
+        return f"{re.escape(on)} machinery \\([^;]+\\){re.escape(found)}"
 
     def test_on_a_fresh_clone_forks_of_each_wheel_take_their_series_by_name(
         self,
@@ -1015,8 +1069,9 @@ class TestReleaseLines(ForkCase):
                 said = self.line_said(fork, release, series, same)
                 if series == "v0.5.15.post1":
                     says = f"{VERSION_FILE} says {release[1:]}"
-                    said += f", and {says} (the series serves {' and '.join(line)})"
-                self.assertEqual(run.stdout.splitlines()[0], said)
+                    serves = f"{says} (the series serves {' and '.join(line)})"
+                    said += re.escape(f", and {serves}")
+                self.assertRegex(run.stdout.splitlines()[0], f"^{said}$")
                 am(by_hand, patches)
                 self.assertEqual(git(fork, "write-tree"), git(by_hand, "write-tree"))
 
@@ -1032,7 +1087,7 @@ class TestReleaseLines(ForkCase):
         self.assert_done(run, fork, f"applied {len(LINE_SERIES)} of the")
         same = len(files_as_in("v0.5.15", "v0.5.15.post1"))
         said = self.line_said(fork, "v0.5.15/v0.5.15.post1", "v0.5.15.post1", same)
-        self.assertEqual(run.stdout.splitlines()[0], said)
+        self.assertRegex(run.stdout.splitlines()[0], f"^{said}$")
 
     def test_a_v0_5_16_fork_takes_the_v0_5_16_series_and_is_named_so(self) -> None:
         fork = self.fork_of_the_release()
@@ -1040,7 +1095,7 @@ class TestReleaseLines(ForkCase):
         self.assert_done(run, fork)
         changed = len(files_changed_by(SERIES))
         said = self.line_said(fork, "v0.5.16", "v0.5.16", changed)
-        self.assertEqual(run.stdout.splitlines()[0], said)
+        self.assertRegex(run.stdout.splitlines()[0], f"^{said}$")
 
     def test_a_v0_5_15_post1_fork_takes_its_series_and_is_named_so(self) -> None:
         fork = self.fork_of("v0.5.15.post1")
@@ -1050,7 +1105,8 @@ class TestReleaseLines(ForkCase):
         self.assert_done(run, fork, f"applied {len(LINE_SERIES)} of the")
         changed = len(files_changed_by(LINE_SERIES))
         said = self.line_said(fork, "v0.5.15.post1", "v0.5.15.post1", changed)
-        self.assertIn(f"{said}, and {VERSION_FILE} says 0.5.15.post1", run.stdout)
+        says = f", and {VERSION_FILE} says 0.5.15.post1"
+        self.assertRegex(run.stdout, said + re.escape(says))
         am(by_hand, LINE_SERIES)
         for args in (["log", "--format=%an %ae %B", f"{start}.."], ["write-tree"]):
             self.assertEqual(git(fork, *args), git(by_hand, *args))
@@ -1062,7 +1118,9 @@ class TestReleaseLines(ForkCase):
         self.assert_done(run, fork, f"applied {len(LINE_SERIES)} of the")
         same = files_as_in("v0.5.15", "v0.5.15.post1")
         said = self.line_said(fork, "v0.5.15", "v0.5.15.post1", len(same))
-        self.assertIn(f"{said}, and {VERSION_FILE} says 0.5.15 (", run.stdout)
+        self.assertRegex(
+            run.stdout, said + re.escape(f", and {VERSION_FILE} says 0.5.15 (")
+        )
         # The series' merge bases are v0.5.15.post1's, which a v0.5.15 fork lacks
         # where the two releases differ; git needs none of them: every patch
         # applies as it is.
@@ -1086,26 +1144,24 @@ class TestReleaseLines(ForkCase):
         run = self.run_tool(fork)
         self.assert_done(run, fork, f"applied {len(LINE_SERIES)} of the")
         changed = len(files_changed_by(LINE_SERIES))
-        files = f"{changed - 1} of {changed} files the v0.5.15.post1 series changes"
-        self.assertIn(f"is on the v0.5.15.post1 line: {files}", run.stdout)
+        said = self.line_said(fork, "v0.5.15.post1", "v0.5.15.post1", changed - 1)
+        self.assertRegex(run.stdout.splitlines()[0], said)
         merged = f"merged 3-way with your fork's changes: {LINE_SERIES[1].name}"
         self.assertIn(merged, run.stdout)
         self.assertIn(note, (fork / SCHEDULER).read_text())
 
-    def test_a_fork_drifted_in_every_file_is_sent_to_its_line_by_a_trial(self) -> None:
+    def test_a_fork_drifted_in_every_file_is_sent_to_its_line_by_its_code(
+        self,
+    ) -> None:
         fork = self.fork_of("v0.5.15.post1")
         for path in files_changed_by(LINE_SERIES):
             add_note_inside_the_context(fork, path, "# fork: ours", LINE_SERIES)
         commit_everything(fork, "fork: a note near every hunk")
         run = self.run_tool(fork)
         self.assert_done(run, fork, f"applied {len(LINE_SERIES)} of the")
-        none = "none of the files the series change is as a release or a series has it"
-        closest = f"apply: {fork} is closest to the v0.5.15.post1 line: {none}"
-        self.assertIn(closest, run.stdout)
-        # Each note is a line more: every line the hunks keep or delete is there.
-        how = r"\(the v0\.5\.15\.post1 series applies; the fork's files have (\d+) of"
-        how += r" the \1 lines its hunks keep or delete\)"
-        self.assertRegex(run.stdout, f"chosen by a trial merge {how}\n")
+        # No file is a release's blob: the machinery alone names the line.
+        said = self.line_said(fork, "v0.5.15.post1", "v0.5.15.post1", 0)
+        self.assertRegex(run.stdout.splitlines()[0], said)
         self.assertEqual((fork / SCHEDULER).read_text().count("# fork: ours"), 1)
 
     def test_revert_takes_the_v0_5_15_post1_series_out(self) -> None:
@@ -1138,7 +1194,9 @@ class TestReleaseLines(ForkCase):
             helper_only,
             "part of this backport: it has draft_server_args_copy()",
             f"it lacks scoped_server_args(), {LINE_SERIES[0].name}",
-            "draft writes in scheduler.py, eagle_worker_v2.py, standalone_worker_v2.py",
+            "draft writes in scheduler.py, eagle_worker_v2.py,"
+            " frozen_kv_mtp_worker_v2.py, multi_layer_eagle_worker_v2.py,"
+            " standalone_worker_v2.py;",
         )
 
     def test_a_fork_on_v0_5_5_is_told_its_release_and_that_none_is_served(

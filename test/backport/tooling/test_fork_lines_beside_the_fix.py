@@ -19,9 +19,17 @@ files of the release's wheel that the series changes (``fork_with_cases``)::
     |\
     | C  (c) the scheduler builds its draft from its own    <- own-copy
     |        copy.deepcopy of the config
+    |\
+    | S  code in place of the blank line after the          <- same-line
+    |    context_length write, which the series deletes
+    |\
+    | K  (e) six lines of the fork's right after the        <- after-deleted
+    |        context_length write the series deletes, before
+    |        the draft worker's construction it keeps
      \
-      S  code in place of the blank line after the          <- same-line
-         context_length write, which the series deletes
+      I  a line of the fork's between the comment and the   <- among-deleted
+         context_length write, both of which the series
+         deletes
 
 Branch ``no-history`` is ``beside`` as one commit with no parent: a fork
 whose history lacks the release's files, as one made from a tarball. Branch
@@ -56,6 +64,8 @@ register_cpu_ci(est_time=60, suite="base-a-test-cpu")
 
 # One line of each family.
 LINES = ("v0.5.14", "v0.5.13.post1", "v0.5.9", "v0.5.6.post2")
+# The lines of real forks that kept the fork's lines after the write, and v0.5.14.
+AFTER_DELETED_LINES = ("v0.5.12.post1", "v0.5.14")
 SERVER_ARGS = "python/sglang/srt/server_args.py"
 SCHEDULER = "python/sglang/srt/managers/scheduler.py"
 EAGLE = "python/sglang/srt/speculative/eagle_worker_v2.py"
@@ -69,6 +79,15 @@ DRIFT = "# fork: this file is our fork's"
 ADAPTIVE = ["if self.fork_adaptive:", "    self.fork_adaptive.attach(self)"]
 TRACER = "self.draft_worker.fork_tracer = self.fork_tracer"
 SAME_LINE = "self.fork_context_length = None"
+FORKS_OWN_LINES = [
+    "# fork: the draft reads the target's KV cache with this length.",
+    "if self.fork_kv_offload:",
+    "    server_args.fork_kv_offload_budget = (",
+    "        self.fork_kv_offload_budget",
+    "    )",
+    "self.fork_note_context_length(server_args)",
+]
+AMONG = "self.fork_note_context_length(server_args)"
 OWN_COPY = "draft_server_args = copy.deepcopy("
 # The runner's suites, as upstream's test/run_suite.py lists them.
 RUNNER = "test/run_suite.py"
@@ -82,7 +101,7 @@ OLDER_RUNNER = """PER_COMMIT_SUITES = {
 def setUpModule() -> None:
     """Makes the scratch folder."""
     global TMP
-    TMP = make_scratch("fork-lines-", LINES)
+    TMP = make_scratch("fork-lines-", LINES + AFTER_DELETED_LINES)
 
 
 def tearDownModule() -> None:
@@ -171,6 +190,22 @@ def replace_the_blank_after_the_write(fork: Path) -> None:
     write_lines(fork, EAGLE, lines)
 
 
+def keep_lines_after_the_deleted_write(fork: Path) -> None:
+    """(e): the fork's lines right after the context_length write."""
+    lines = lines_of(fork, EAGLE)
+    at = line_holding(lines, CONTEXT_LENGTH) + 2
+    lines[at:at] = indented(lines[at - 1], FORKS_OWN_LINES)
+    write_lines(fork, EAGLE, lines)
+
+
+def add_a_line_among_the_deleted_lines(fork: Path) -> None:
+    """I: the fork's line between the comment and the write."""
+    lines = lines_of(fork, EAGLE)
+    at = line_holding(lines, CONTEXT_LENGTH) + 1
+    lines[at:at] = indented(lines[at], [AMONG])
+    write_lines(fork, EAGLE, lines)
+
+
 def fork_with_cases(release: str) -> Path:
     """The release's repository with a branch for each case, made once."""
     fork = TMP / f"fork-{release}"
@@ -187,6 +222,8 @@ def fork_with_cases(release: str) -> Path:
         ],
         "own-copy": [build_the_draft_from_a_copy],
         "same-line": [replace_the_blank_after_the_write],
+        "after-deleted": [keep_lines_after_the_deleted_write],
+        "among-deleted": [add_a_line_among_the_deleted_lines],
     }
     for branch, edits in cases.items():
         git(fork, "switch", "-q", "-c", branch, "main")
@@ -375,32 +412,92 @@ class TestRealDisagreementsAreRefused(ForkLinesCase):
                 self.assertIn("to do it by hand: ", run.stderr)
 
 
+class TestLinesAfterADeletedBlock(ForkLinesCase):
+    def test_the_forks_lines_right_after_the_deleted_write_are_kept_and_shown(self):
+        for release in AFTER_DELETED_LINES:
+            with self.subTest(release=release):
+                fork = self.clone(release, "after-deleted")
+                run = self.run_tool(fork)
+                self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+                count = len(series(release))
+                applied = f"apply: applied {count} of the {count} patches"
+                self.assertIn(applied, run.stdout)
+                # The write and its comment are gone; the fork's lines stand
+                # where they stood, before the draft worker's construction.
+                eagle = (fork / EAGLE).read_text()
+                self.assertNotIn(CONTEXT_LENGTH, eagle)
+                own = "".join(indented("        ", FORKS_OWN_LINES))
+                self.assertIn(f"{own}        self._draft_worker = ", eagle)
+                shown = re.search(
+                    rf"^apply: \S+: resolved the conflict in {EAGLE} at line \d+,"
+                    r" where your fork and the series changed different lines: took"
+                    r" each line from the side that changed it and kept these of your"
+                    r" fork's \(review it: `.*`\):\n((?:    .*\n)+)",
+                    run.stdout,
+                    re.M,
+                )
+                self.assertIsNotNone(shown, run.stdout)
+                lines = [line[4:] for line in shown[1].splitlines()]
+                self.assertEqual(lines, FORKS_OWN_LINES)
+
+    def test_a_forks_line_among_the_deleted_lines_is_refused_with_its_lines(self):
+        for release in AFTER_DELETED_LINES:
+            with self.subTest(release=release):
+                fork = self.clone(release, "among-deleted")
+                before = snapshot(fork)
+                run = self.run_tool(fork)
+                self.assert_refused_unchanged(fork, run, before)
+                number = line_holding(lines_of(fork, EAGLE), AMONG) + 1
+                lines = re.search(
+                    rf"{EAGLE} \(changed in your fork too, at your lines (\d+)-(\d+)\)",
+                    run.stderr,
+                )
+                self.assertIsNotNone(lines, run.stderr)
+                self.assertLessEqual(int(lines[1]), number)
+                self.assertLessEqual(number, int(lines[2]))
+
+
 class TestTheRunnersSuite(ForkLinesCase):
-    def test_a_runner_without_the_series_suite_is_named_with_the_lines_to_change(
-        self,
-    ):
+    def test_a_runner_without_the_series_suite_gets_its_own_in_the_commits(self):
         for release in LINES:
             with self.subTest(release=release):
                 fork = self.clone(release, "older-runner")
+                plain_git = self.clone(release, "older-runner")
+                self.git_am(plain_git, release)
                 run = self.run_tool(fork)
                 self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
                 said = re.search(
                     rf"^apply: your fork's {RUNNER} has no CPU suite '([\w-]+)', which"
-                    r" the shipped tests register to, so its CI would not run them;"
-                    r" its CPU suites: 'stage-a-cpu-only'; to run them, change the"
-                    r" suite in this line of each shipped file:\n((?:    .*\n)+)",
+                    r" the shipped tests register to: the commits that add them"
+                    r" register them to 'stage-a-cpu-only', its per-commit CPU suite,"
+                    r" in this line of each:\n((?:    .*\n)+)",
                     run.stdout,
                     re.M,
                 )
                 self.assertIsNotNone(said, run.stdout)
-                suite = said[1]
                 shown = re.findall(r"    (\S+):(\d+): (.*)", said[2])
-                tests = git(fork, "diff", "--name-only", "HEAD~4", "--", "test")
-                self.assertEqual([path for path, _, _ in shown], tests.split())
+                count = len(series(release))
+                added = git(fork, "diff", "--name-only", f"HEAD~{count}", "--", "test")
+                self.assertEqual([path for path, _, _ in shown], added.split())
                 for path, number, line in shown:
                     text = lines_of(fork, path)[int(number) - 1]
                     self.assertEqual(text.strip(), line)
-                    self.assertIn(f'"{suite}"', line)
+                    self.assertIn('suite="stage-a-cpu-only"', line)
+                    # In the commit that adds the file.
+                    commit = git(
+                        fork, "log", "--format=%H", "--diff-filter=A", "--", path
+                    )
+                    self.assertIn(line, git(fork, "show", f"{commit}:{path}"))
+                # The commits git am -3 makes, less the suite: their messages,
+                # and their trees but for the one line of each shipped file.
+                log = ["log", "--format=%an %B", f"HEAD~{count}.."]
+                self.assertEqual(git(fork, *log), git(plain_git, *log))
+                theirs = git(plain_git, "rev-parse", "HEAD")
+                git(fork, "fetch", "-q", str(plain_git), "HEAD")
+                changed = git(fork, "diff", "--numstat", theirs, "HEAD")
+                self.assertEqual(
+                    changed.splitlines(), [f"1\t1\t{path}" for path, _, _ in shown]
+                )
 
     def test_a_runner_with_the_series_suite_is_not_mentioned(self):
         for release in LINES:
