@@ -1,95 +1,93 @@
-"""What the shipped tests leave to this repository, on the v0.5.16 line.
+"""What the shipped tests leave to this repository, on every release with a series.
 
-The shipped file (``test/registered/unit/spec/test_draft_server_args.py``)
-pins the copy, the scheduler's hand-off and the real EAGLE worker. These
-tests pin the rest of what the fix must keep, with the shipped file's own
-helpers: the copy's details, the scope as such and nested, the other draft
-workers, how the draft loads, and what 0.5.16 shared through the one instance
-that must still reach the target (adaptive speculative decoding's switches)
-or the draft (the linear attention kernels and the mamba cache size the
-target resolves after the copy is made). A class marked ``regression`` fails
-on 0.5.16 as released.
+Each line's shipped file (``test/registered/unit/spec/test_draft_server_args.py``)
+pins the copy, the scheduler's hand-off and the real EAGLE worker. These tests
+pin the rest of what the fix must keep, with that file's own helpers
+(``publish_target``, ``init_draft_worker``, ``assert_target_untouched``): the
+copy's details, the scope, what the draft's own code sets, every other draft
+worker and how it loads, and what the one shared instance carried that must
+still reach the target (adaptive speculative decoding's switches) or the
+draft (the MLA-ness its runner publishes, the v1 hot-token size, the linear
+attention kernels and the mamba cache size the target resolves late).
+
+In this repository's run they build on v0.5.16's shipped file and the venv's
+patched sglang; ``release_line_checks`` runs them on every release with a
+series, on its patched fork with that line's shipped file first on the import
+path, and runs the regression classes on the release as released. What
+differs between releases is looked up where it is used (``release_facts.py``),
+never from a version string, and a test that does not apply to a release is
+not generated there:
+
+- every release: the copy's details, the scheduler keeping the copy it hands
+  over, the scope on an empty slot, the draft built with what the target
+  resolved before it (with the draft runner's cache size up to v0.5.9), no
+  draft for NONE (a regression test up to v0.5.7, where the scheduler reached
+  the draft load format without an algorithm), and one test per draft worker
+  the scheduler builds: EAGLE v2 (all) and v1 (to v0.5.12), STANDALONE v1 (to
+  v0.5.12) and v2 (from v0.5.8), multi-layer EAGLE v2 (from v0.5.7) and v1
+  (v0.5.7 and v0.5.8, the only ones where it imports), FROZEN_KV_MTP v1
+  (v0.5.12, v0.5.13) and v2 (from v0.5.14), DFLASH v1 (v0.5.11 to v0.5.13)
+  and v2 (from v0.5.14);
+- up to v0.5.14, where every ModelRunner publishes its config with its
+  MLA-ness: what the draft's runner publishes, and the draft's backends
+  following its MLA-ness (v1 and v2 EAGLE); up to v0.5.12: the v1 token map
+  sizing the draft head;
+- adaptive speculative decoding's switches reaching the target: the v1
+  EAGLEWorker on v0.5.11 and v0.5.12, EAGLEWorkerV2 from v0.5.12; the states
+  the worker's constructor builds, up to v0.5.13;
+- from v0.5.15: the capture flag, and what the draft's model code declares;
+  v0.5.15 only: its recorded runtime overrides; v0.5.16: the nested scope of
+  ``build_draft_tp_worker``, the MTP pool size and the linear attention
+  kernels.
+
+A class marked ``regression`` fails on each release as released (v0.5.16's
+against ``.build/pristine`` in ``scripts/dev/test.sh``).
 """
 
+import dataclasses
+import inspect
 import os
 import sys
+import tempfile
 import unittest
+from contextlib import ExitStack
+from copy import deepcopy
 from types import SimpleNamespace
 from unittest import mock
 
 import pytest
 
-# The shipped file is the module these tests build on.
+# The shipped file is the module these tests build on: the release's own
+# where it is first on the import path, else this repository's (v0.5.16's).
 sys.path.append(
     os.path.join(os.path.dirname(__file__), "..", "..", "registered", "unit", "spec")
 )
 
 from test_draft_server_args import (  # noqa: E402
+    HOT_TOKENS,
     TARGET_CONTEXT_LEN,
+    USER_OVERRIDES,
     _DraftCase,
-    _LoadedDraftTpModelWorker,
+    _fields,
     _StopConstruction,
 )
 
-from sglang.srt.arg_groups.overrides import declare_load_time_override  # noqa: E402
-from sglang.srt.distributed.parallel_state_wrapper import ParallelState  # noqa: E402
-from sglang.srt.model_executor.model_runner_components.load_model_utils import (  # noqa: E402
-    build_load_config,
-)
-from sglang.srt.runtime_context import (  # noqa: E402
-    ParallelContext,
-    RuntimeContext,
-    get_context,
-    get_server_args,
-)
-from sglang.srt.speculative import draft_worker_common  # noqa: E402
-from sglang.srt.speculative.adaptive_runtime_state import (  # noqa: E402
-    SpecRuntimeState,
-)
+# isort: split
+# After the shipped file: it stubs sgl_kernel first where its line does.
+import release_facts as release  # noqa: E402
+import torch  # noqa: E402
+
+from sglang.srt.managers.tp_worker import TpModelWorker  # noqa: E402
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
-from sglang.srt.speculative.spec_registry import CustomSpecAlgo  # noqa: E402
-
-SWITCHED = {
-    "speculative_num_steps": 3,
-    "speculative_num_draft_tokens": 4,
-    "cuda_graph_bs_decode": [],
-    "disable_cuda_graph": True,
-}
 
 
-class _DraftTpModelWorker(_LoadedDraftTpModelWorker):
-    """The shipped stand-in with what the other workers read too."""
-
-    def __init__(self, server_args=None, **kwargs):
-        super().__init__(server_args)
-        self.tokenizer = None  # STANDALONE's vocabulary check
-        # What adaptive speculative decoding swaps on the draft's runner.
-        self.model_runner.attn_backend = self.model_runner.draft_attn_backend = None
-
-
-class _PoolSized(Exception):
-    pass
-
-
-class _PoolSizingDraftTpModelWorker(_DraftTpModelWorker):
-    def alloc_memory_pool(self, **kwargs):
-        # What the draft's KV cache configurator reads for an MTP head's pool.
-        raise _PoolSized(self.server_args.max_mamba_cache_size)
-
-
-class _FrozenKVMTPDraftWorker:
-    """The frozen-KV MTP draft worker, which is its own draft TpModelWorker."""
-
-    def __init__(self, server_args, *ranks_and_target):
-        self.server_args = server_args
-
-
-def _recording_plugin(seen, worker_init=None):
-    """A plugin algorithm whose worker records its config and runs worker_init."""
+def _recording_worker(seen, worker_init=None):
+    """A plugin's draft worker that records its config and what is published
+    while it is built, then runs ``worker_init``."""
 
     class DraftWorker:
-        def __init__(self, server_args, **kwargs):
-            seen.update(worker_args=server_args)
+        def __init__(self, server_args, *args, **kwargs):
+            seen.update(worker_args=server_args, worker_published=release.published())
             self.server_args = server_args
             if worker_init is not None:
                 worker_init(server_args)
@@ -105,22 +103,63 @@ def _recording_plugin(seen, worker_init=None):
                 )
             }
 
-    return CustomSpecAlgo(
-        "BEYOND_THE_SHIPPED_TESTS", lambda _: DraftWorker, supports_overlap=True
-    )
+    return DraftWorker
 
 
-def _load_format(server_args):
-    return build_load_config(
-        server_args=server_args,
-        tp_rank=0,
-        remote_instance_weight_transporter_engine=None,
-        remote_instance_weight_transporter_session_id="",
-        draft_model_idx=None,
-    ).load_format
+def _add_tests(cls, check, workers):
+    """One test of ``cls`` per worker, named after its module."""
+    for worker in workers:
+
+        def test(self, worker=worker):
+            check(self, worker)
+
+        setattr(cls, f"test_{worker.module}_{check.__name__}", test)
 
 
-class TestTheCopy(_DraftCase):
+class _LabCase(_DraftCase):
+    def build_with(self, worker_init=None):
+        """Build a recording plugin's draft; return what it recorded."""
+        seen = {}
+        with release.recording_algorithm(_recording_worker(seen, worker_init)) as algo:
+            self.init_draft_worker(algo)
+        return seen
+
+    def resolve_on_the_target(self):
+        """Fields the target resolves while it loads, before its draft."""
+        resolved = dict(kv_cache_dtype="fp8_e5m2")
+        if release.DRAFT_RUNNER_CACHE_SIZE:
+            resolved.update(draft_runner_cache_size=8192)
+        release.resolve_on_the_target(self.target, **resolved)
+        self.target_before = _fields(self.target)
+        return resolved
+
+    def build_whole(self, worker, draft_mla=False, **fields):
+        """Build ``worker`` whole through the scheduler on a loaded stand-in
+        draft model (MLA or not); the target's MLA-ness is the other kind."""
+        self.publish_target(
+            **dict(
+                dict(attention_backend="flashinfer", disable_cuda_graph=True),
+                **worker.fields,
+                **fields,
+            )
+        )
+        if release.RUNNER_PUBLISHES:
+            # As the target's ModelRunner does while it is built.
+            self.target.use_mla_backend = not draft_mla
+        with release.loaded_draft_model(worker, draft_mla):
+            built = self.init_draft_worker(
+                getattr(SpeculativeAlgorithm, worker.algorithm)
+            )
+        self.assertIsInstance(built, worker.cls)
+        return built
+
+
+def _draft_of(built):
+    # A v1 worker is a TpModelWorker and its own draft worker.
+    return built if isinstance(built, TpModelWorker) else built.draft_worker
+
+
+class TestTheCopy(_LabCase):
     def copy(self):
         from sglang.srt.server_args import draft_server_args_copy
 
@@ -128,281 +167,473 @@ class TestTheCopy(_DraftCase):
             self.target, SimpleNamespace(context_len=TARGET_CONTEXT_LEN)
         )
 
+    def test_the_targets_model_context_length_wins_over_an_earlier_one(self):
+        self.publish_target()
+        release.set_fields(self.target, context_length=2048)
+
+        self.assertEqual(self.copy().context_length, TARGET_CONTEXT_LEN)
+        self.assertEqual(self.target.context_length, 2048)
+
     def test_without_a_draft_load_format_the_copy_keeps_the_targets(self):
         self.publish_target(speculative_draft_load_format=None)
-        self.target.override("test", load_format="safetensors")
+        release.set_fields(self.target, load_format="safetensors")
 
         self.assertEqual(self.copy().load_format, "safetensors")
 
     def test_load_time_overrides_made_before_the_copy_reach_it(self):
         self.publish_target()
-        # As the target's ModelRunner and model code do while it loads.
-        declare_load_time_override("test.target_load", {"kv_cache_dtype": "fp8_e5m2"})
+        resolved = self.resolve_on_the_target()
 
-        self.assertEqual(self.copy().kv_cache_dtype, "fp8_e5m2")
+        copy = self.copy()
+
+        for name, value in resolved.items():
+            self.assertEqual(getattr(copy, name), value)
+
+    def test_the_draft_is_built_with_what_the_target_resolved_before_it(self):
+        self.publish_target()
+        resolved = self.resolve_on_the_target()
+
+        built_with = self.build_with()["worker_args"]
+
+        for name, value in resolved.items():
+            self.assertEqual(getattr(built_with, name), value)
+        self.assertEqual(built_with.load_format, "dummy")
+        self.assert_target_untouched()
+
+    def test_the_scheduler_keeps_the_copy_it_hands_over_and_the_worker_built(self):
+        self.publish_target()
+
+        seen = self.build_with()
+
+        self.assertTrue(self.scheduler.draft_server_args is seen["worker_args"])
+        self.assertIsNotNone(self.scheduler.draft_worker)
 
 
-class TestTheScope(_DraftCase):
+class TestTheScope(_LabCase):
     def test_an_empty_slot_comes_back_empty_on_return_and_on_raise(self):
         self.publish_target()
-        # A context of its own: its slot holds nothing, as before a publish.
-        ctx = RuntimeContext(ParallelContext())
-        with ctx.scoped_server_args(self.target):
-            self.assertIs(ctx.server_args, self.target)
-        self.assertRaises(ValueError, getattr, ctx, "server_args")
-        with self.assertRaises(_StopConstruction), ctx.scoped_server_args(self.target):
+        slot = release.EmptySlot()
+
+        with slot.scope(self.target):
+            self.assertIs(slot.read(), self.target)
+        self.assertRaises(ValueError, slot.read)
+        with self.assertRaises(_StopConstruction), slot.scope(self.target):
             raise _StopConstruction()
-        self.assertRaises(ValueError, getattr, ctx, "server_args")
+        self.assertRaises(ValueError, slot.read)
 
-    def test_the_capture_flag_comes_back_when_the_draft_raises(self):
-        self.publish_target()
-        capture = get_context().flags.capture
-        capture.enable_torch_compile = True
+    if release.HAS_FLAGS:
 
-        def switch_the_flag_and_raise(server_args):
-            capture.enable_torch_compile = False
+        def test_the_capture_flag_comes_back_when_the_draft_raises(self):
+            self.publish_target()
+            capture = release.context().flags.capture
+            capture.enable_torch_compile = True
+
+            def switch_the_flag_and_raise(server_args):
+                capture.enable_torch_compile = False
+                raise _StopConstruction()
+
+            with self.assertRaises(_StopConstruction):
+                self.build_with(switch_the_flag_and_raise)
+
+            self.assertTrue(capture.enable_torch_compile)
+            self.assert_target_untouched()
+
+    if release.RECORDS_RUNTIME_OVERRIDES:
+
+        def test_the_targets_recorded_overrides_come_back_after_the_draft(self):
+            # v0.5.15's context records the runtime overrides (it has no
+            # public reader), and its set_server_args re-resolves the flags.
+            self.publish_target()
+            ctx = release.context()
+            self.resolve_on_the_target()
+            flags, recorded = ctx.flags, list(ctx._runtime_overrides)
+            draft = deepcopy(self.target)
+
+            with ctx.scoped_server_args(draft):
+                self.assertEqual(ctx._runtime_overrides, recorded)
+                release.declare_in_the_draft(disable_shared_experts_fusion=True)
+            with self.assertRaises(_StopConstruction):
+                self.build_with(lambda server_args: self.fail_with_a_flag(ctx))
+
+            self.assertTrue(draft.disable_shared_experts_fusion)
+            self.assert_target_untouched()
+            self.assertIs(ctx.flags, flags)
+            self.assertEqual(ctx._runtime_overrides, recorded)
+
+        def fail_with_a_flag(self, ctx):
+            ctx.flags.capture.enable_torch_compile = False
             raise _StopConstruction()
-
-        with self.assertRaises(_StopConstruction):
-            self.init_draft_worker(_recording_plugin({}, switch_the_flag_and_raise))
-
-        self.assertTrue(capture.enable_torch_compile)
-        self.assert_target_untouched()
 
 
 @pytest.mark.regression
-class TestWhatTheDraftDeclares(_DraftCase):
-    def test_what_the_drafts_model_code_declares_stays_on_the_drafts_copy(self):
-        self.publish_target()
-        seen = {}
+class TestWhatTheDraftSetsStaysOnItsCopy(_LabCase):
+    if release.DECLARES:
 
-        def load_draft_model(server_args):
-            # As determine_num_fused_shared_experts does for a DeepSeek draft.
-            declare_load_time_override(
-                "test.draft_model", {"disable_shared_experts_fusion": True}
-            )
+        def test_what_the_drafts_model_code_declares_stays_on_the_drafts_copy(self):
+            self.publish_target()
 
-        self.init_draft_worker(_recording_plugin(seen, load_draft_model))
+            def load_draft_model(server_args):
+                # As determine_num_fused_shared_experts does for a DeepSeek draft.
+                release.declare_in_the_draft(disable_shared_experts_fusion=True)
 
-        self.assertTrue(seen["worker_args"].disable_shared_experts_fusion)
-        self.assertFalse(self.target.disable_shared_experts_fusion)
-        self.assert_target_untouched()
+            seen = self.build_with(load_draft_model)
 
-    def test_build_draft_tp_worker_publishes_its_own_copy_in_a_nested_scope(self):
-        # As DFLASH and DSPARK build their draft TpModelWorker.
-        self.publish_target()
-        seen = {}
+            self.assertTrue(seen["worker_args"].disable_shared_experts_fusion)
+            self.assertFalse(self.target.disable_shared_experts_fusion)
+            self.assert_target_untouched()
 
-        def build(server_args):
-            def record_tp_worker(server_args, **kwargs):
-                seen.update(tp_worker_args=server_args, tp_published=get_server_args())
-                raise _StopConstruction()
+    if release.RUNNER_PUBLISHES:
 
-            with (
-                mock.patch.object(
-                    draft_worker_common, "TpModelWorker", side_effect=record_tp_worker
-                ),
-                self.assertRaises(_StopConstruction),
-            ):
-                draft_worker_common.build_draft_tp_worker(
-                    server_args=server_args,
-                    gpu_id=0,
-                    ps=ParallelState.trivial(),
-                    nccl_port=12345,
-                    target_model_config=SimpleNamespace(context_len=TARGET_CONTEXT_LEN),
-                    algo_label="DFLASH",
-                )
-            seen["published_after"] = get_server_args()
+        def test_what_the_drafts_model_runner_publishes_stays_on_the_drafts_copy(self):
+            self.publish_target()
+            release.publish_as_a_model_runner(self.target, use_mla_backend=False)
+            for raises in (False, True):
 
-        self.init_draft_worker(_recording_plugin(seen, build))
+                def load_draft_model(server_args, raises=raises):
+                    # An MLA draft's ModelRunner publishes its config and its
+                    # MLA-ness, and adjusts its config for its model.
+                    release.publish_as_a_model_runner(server_args, use_mla_backend=True)
+                    server_args.disable_chunked_prefix_cache = True
+                    if raises:
+                        raise _StopConstruction()
 
-        inner, outer = seen["tp_worker_args"], seen["worker_args"]
-        self.assertFalse(inner is outer or inner is self.target, "no own copy")
-        self.assertTrue(seen["tp_published"] is inner, "inner copy unpublished")
-        self.assertTrue(seen["published_after"] is outer, "outer copy unpublished")
-        self.assertEqual((inner.load_format, inner.context_length), ("dummy", 4096))
-        self.assert_target_untouched()
+                with self.subTest(raises=raises):
+                    with ExitStack() as stack:
+                        if raises:
+                            stack.enter_context(self.assertRaises(_StopConstruction))
+                        self.build_with(load_draft_model)
+
+                    self.assertFalse(self.target.disable_chunked_prefix_cache)
+                    self.assertIs(self.target.use_mla_backend, False, "the draft's")
+                    self.assert_target_untouched()
+
+    if release.BUILDS_DRAFT_TP_WORKERS:
+
+        def test_build_draft_tp_worker_publishes_its_own_copy_in_a_nested_scope(self):
+            # As DFLASH and DSPARK build their draft TpModelWorker.
+            self.publish_target()
+            seen = {}
+
+            def build(server_args):
+                with (
+                    release.stop_at_the_draft_tp_model_worker(seen, _StopConstruction),
+                    self.assertRaises(_StopConstruction),
+                ):
+                    release.build_draft_tp_worker(server_args, TARGET_CONTEXT_LEN)
+                seen["published_after"] = release.published()
+
+            outer = self.build_with(build)["worker_args"]
+
+            inner = seen["server_args"]
+            self.assertFalse(inner is outer or inner is self.target, "no own copy")
+            self.assertTrue(seen["published"] is inner, "inner copy unpublished")
+            self.assertTrue(seen["published_after"] is outer, "outer copy unpublished")
+            self.assertEqual(inner.load_format, "dummy")
+            self.assertEqual(inner.context_length, TARGET_CONTEXT_LEN)
+            self.assert_target_untouched()
 
 
-class TestNoAlgorithm(_DraftCase):
+class TestNoAlgorithm(_LabCase):
     def test_no_speculative_algorithm_builds_no_draft_and_publishes_nothing(self):
+        # The target has a draft load format, which the release reaches
+        # without an algorithm up to v0.5.7.
         self.publish_target()
-        with mock.patch.object(RuntimeContext, "set_server_args") as set_server_args:
+        with ExitStack() as stack:
+            made = [
+                stack.enter_context(mock.patch.object(owner, name, create=True))
+                for owner, name in release.publishing_patches()
+            ]
             worker = self.init_draft_worker(SpeculativeAlgorithm.NONE)
 
-        set_server_args.assert_not_called()
+        for call in made:
+            call.assert_not_called()
         self.assertIsNone(worker)
         self.assert_target_untouched()
 
 
-@pytest.mark.regression
-class TestOtherDraftWorkersLeaveTheTargetAlone(_DraftCase):
-    def test_standalone_multi_layer_and_frozen_kv_drafts_leave_the_target(self):
-        for module, name, stand_in, fields in (
-            (
-                "standalone_worker_v2",
-                "TpModelWorker",
-                _DraftTpModelWorker,
-                dict(speculative_algorithm="STANDALONE"),
-            ),
-            (
-                "multi_layer_eagle_worker_v2",
-                "TpModelWorker",
-                _DraftTpModelWorker,
-                dict(enable_multi_layer_eagle=True),
-            ),
-            (
-                "frozen_kv_mtp_worker_v2",
-                "FrozenKVMTPDraftWorker",
-                _FrozenKVMTPDraftWorker,
-                dict(speculative_algorithm="FROZEN_KV_MTP"),
-            ),
-        ):
-            with self.subTest(module=module):
-                self.publish_target(**fields)
-                algorithm = SpeculativeAlgorithm.from_string(
-                    self.target.speculative_algorithm
-                )
-                with mock.patch(f"sglang.srt.speculative.{module}.{name}", stand_in):
-                    worker = self.init_draft_worker(algorithm)
-
-                self.assert_target_untouched()
-                self.assertEqual(worker.server_args.context_length, TARGET_CONTEXT_LEN)
-                self.assertEqual(worker.server_args.load_format, "dummy")
+if release.BUILDER_SEES_NO_ALGORITHM:
+    TestNoAlgorithm = pytest.mark.regression(TestNoAlgorithm)
 
 
 @pytest.mark.regression
-class TestDraftLoadConfig(_DraftCase):
-    """The draft ModelRunner loads with the draft's LoadConfig; the target and
-    the published config keep their own, which EPLB reloads the target with."""
+class TestEveryDraftWorkerLoadsFromItsOwnCopy(_LabCase):
+    """Each draft worker the release builds hands its draft TpModelWorker,
+    whose ModelRunner builds its LoadConfig from it, a copy of the target's
+    config, published while it loads; the target and the published config
+    keep their own, which EPLB reloads the target with. Each is stopped
+    there: everything after it writes onto the config it was handed."""
 
-    def assert_load_formats_after(self, build_draft, tp_worker_site):
-        built = []
+    def assert_loaded_from_a_copy(self, built):
+        draft, published = built["server_args"], built["published"]
+        self.assertFalse(draft is self.target, "the draft got the target's config")
+        # The copy, or where DFLASH deep-copies it for its draft (v0.5.11 to
+        # v0.5.15), the config it was handed.
+        self.assertFalse(published is self.target, "the target was published")
+        for server_args in (draft, published):
+            self.assertEqual(server_args.context_length, TARGET_CONTEXT_LEN)
+            self.assertEqual(release.load_format(server_args), "dummy")
+        self.assertEqual(release.load_format(self.target), "auto")
+        self.assertEqual(release.load_format(release.published()), "auto")
+        if release.RUNNER_PUBLISHES:
+            self.assertIs(self.target.use_mla_backend, False, "the draft's MLA flag")
+        self.assert_target_untouched()
 
-        def record_draft_tp_worker(server_args=None, **kwargs):
-            built.append(server_args)
-            raise _StopConstruction()
+    def publish_target(self, **fields):
+        super().publish_target(**fields)
+        if release.RUNNER_PUBLISHES:
+            # As the target's ModelRunner does; the draft's runner is an MLA one.
+            self.target.use_mla_backend = False
 
-        with mock.patch(tp_worker_site, side_effect=record_draft_tp_worker):
+    def loads_its_draft_from_a_copy_published_while_it_loads(self, worker):
+        self.publish_target(**worker.fields)
+        built = {}
+        with release.stop_at_the_draft_tp_model_worker(built, _StopConstruction):
             with self.assertRaises(_StopConstruction):
-                build_draft()
+                self.init_draft_worker(getattr(SpeculativeAlgorithm, worker.algorithm))
 
-        self.assertEqual(len(built), 1)
-        self.assertEqual(_load_format(built[0]), "dummy")
-        self.assertEqual(built[0].context_length, TARGET_CONTEXT_LEN)
-        self.assertEqual(_load_format(self.target), "auto")
-        self.assertIsNone(self.target.context_length)
-        self.assertEqual(_load_format(get_server_args()), "auto")
+        # Built by that worker, not by another one the scheduler picked.
+        self.assertIn(inspect.getfile(worker.cls), built["built_in"])
+        self.assert_loaded_from_a_copy(built)
 
-    def test_an_eagle_draft_loads_with_the_draft_load_format(self):
-        self.publish_target()
-        self.assert_load_formats_after(
-            lambda: self.init_draft_worker(SpeculativeAlgorithm.EAGLE),
-            "sglang.srt.speculative.eagle_worker_v2.TpModelWorker",
-        )
+    if release.BUILDS_DRAFT_TP_WORKERS:
 
-    def test_a_build_draft_tp_worker_draft_loads_with_the_draft_load_format(self):
-        # As DFLASH and DSPARK build theirs, here handed the target's config.
-        self.publish_target()
-        self.assert_load_formats_after(
-            lambda: draft_worker_common.build_draft_tp_worker(
-                server_args=self.target,
-                gpu_id=0,
-                ps=ParallelState.trivial(),
-                nccl_port=12345,
-                target_model_config=SimpleNamespace(context_len=TARGET_CONTEXT_LEN),
-                algo_label="DFLASH",
-            ),
-            "sglang.srt.speculative.draft_worker_common.TpModelWorker",
-        )
+        def test_build_draft_tp_worker_handed_the_targets_config_loads_a_copy(self):
+            # As DFLASH and DSPARK build theirs, here handed the target's config.
+            self.publish_target()
+            built = {}
+            with release.stop_at_the_draft_tp_model_worker(built, _StopConstruction):
+                with self.assertRaises(_StopConstruction):
+                    release.build_draft_tp_worker(self.target, TARGET_CONTEXT_LEN)
+
+            self.assert_loaded_from_a_copy(built)
 
 
-class TestWhatStillReachesTheTarget(_DraftCase):
-    def build_eagle_worker(self, **fields):
-        self.publish_target(**fields)
-        with mock.patch(
-            "sglang.srt.speculative.eagle_worker_v2.TpModelWorker",
-            _DraftTpModelWorker,
+_add_tests(
+    TestEveryDraftWorkerLoadsFromItsOwnCopy,
+    TestEveryDraftWorkerLoadsFromItsOwnCopy.loads_its_draft_from_a_copy_published_while_it_loads,
+    release.DRAFT_WORKERS,
+)
+
+
+if release.RUNNER_PUBLISHES:
+
+    @pytest.mark.regression
+    class TestDraftBackendsFollowTheDraftsMLA(_LabCase):
+        """The draft builds its attention backends with its own runner's
+        MLA-ness, in its constructor while its config is published (up to
+        v0.5.13) or after it, once the target's is published again (v0.5.14);
+        the target keeps its own: an MLA target with a non-MLA draft, and the
+        other way round."""
+
+        def builds_its_backends_for_its_own_runners_mla(self, worker):
+            for draft_mla in (False, True):
+                with self.subTest(draft_mla=draft_mla):
+                    built = self.build_whole(worker, draft_mla=draft_mla)
+                    draft = _draft_of(built)
+                    if getattr(draft, "draft_attn_backend", None) is None:
+                        # As Scheduler.init_all_attention_backends does.
+                        with release.loaded_draft_model(worker, draft_mla):
+                            built.init_attention_backends()
+
+                    kind = "mla" if draft_mla else "mha"
+                    self.assertEqual(draft.draft_attn_backend, kind)
+                    self.assertEqual(draft.draft_extend_attn_backend, kind)
+                    self.assertIs(release.published(), self.target)
+                    self.assertIs(self.target.use_mla_backend, not draft_mla)
+
+    _add_tests(
+        TestDraftBackendsFollowTheDraftsMLA,
+        TestDraftBackendsFollowTheDraftsMLA.builds_its_backends_for_its_own_runners_mla,
+        release.EAGLE_WORKERS,
+    )
+
+
+_V1_EAGLE_WORKERS = [
+    w for w in release.EAGLE_WORKERS if issubclass(w.cls, TpModelWorker)
+]
+if _V1_EAGLE_WORKERS:
+
+    @pytest.mark.regression
+    class TestTheV1TokenMap(_LabCase):
+        def test_the_v1_token_map_sizes_the_draft_head_and_leaves_the_target(self):
+            # The v1 EAGLEWorker loads the map before its draft model, whose
+            # config takes the hot vocab size.
+            tmp = tempfile.TemporaryDirectory()
+            self.addCleanup(tmp.cleanup)
+            token_map = f"{tmp.name}/hot_token_map.pt"
+            torch.save(HOT_TOKENS, token_map)
+
+            worker = self.build_whole(
+                _V1_EAGLE_WORKERS[0],
+                speculative_token_map=token_map,
+                json_model_override_args=USER_OVERRIDES,
+            )
+
+            self.assertEqual(
+                worker.model_config.model_override_args,
+                f'{{"hot_vocab_size": {len(HOT_TOKENS)}}}',
+            )
+            self.assertEqual(worker.hot_token_id.tolist(), HOT_TOKENS)
+            self.assertEqual(self.target.json_model_override_args, USER_OVERRIDES)
+            self.assertEqual(worker.server_args.context_length, TARGET_CONTEXT_LEN)
+            self.assertEqual(worker.server_args.load_format, "dummy")
+            self.assert_target_untouched()
+
+
+class _PoolSized(Exception):
+    pass
+
+
+class TestWhatStillReachesTheTarget(_LabCase):
+    def build_adaptive(self, worker, **fields):
+        built = self.build_whole(worker, **fields)
+        # Left by the draft's backends and CUDA graphs in a real server, built
+        # after the draft from v0.5.14 on.
+        draft = _draft_of(built)
+        for name in (
+            "draft_attn_backend",
+            "draft_extend_attn_backend",
+            "cuda_graph_runner",
+            "cuda_graph_runner_for_draft_extend",
         ):
-            worker = self.init_draft_worker(SpeculativeAlgorithm.EAGLE)
-        # Left by init_attention_backends / init_cuda_graphs in a real server.
-        draft = worker.draft_worker
-        draft.draft_attn_backend = draft.draft_extend_attn_backend = None
-        draft.cuda_graph_runner = draft.cuda_graph_runner_for_draft_extend = None
-        return worker
+            if not hasattr(draft, name):
+                setattr(draft, name, None)
+        return built
 
-    def switched(self, worker):
-        return [
-            {name: getattr(server_args, name) for name in SWITCHED}
-            for server_args in (self.target, worker.server_args)
-        ]
-
-    def test_adaptive_capture_switches_reach_the_target_and_are_restored(self):
-        worker = self.build_eagle_worker()
-        before = self.switched(worker)
+    def switches_reach_the_target_while_capturing_and_are_restored(self, worker):
+        built = self.build_adaptive(worker)
+        parameters = inspect.signature(built._override_worker_state).parameters
+        # The CUDA graph batch sizes are switched too from v0.5.13.
+        graphs = {"cuda_graph_bs": []} if "cuda_graph_bs" in parameters else {}
+        before = [_fields(self.target), _fields(built.server_args)]
 
         with self.assertRaises(RuntimeError):
-            with worker._override_worker_state(3, 4, cuda_graph_bs=[]):
-                self.assertEqual(self.switched(worker), [SWITCHED, SWITCHED])
+            with built._override_worker_state(3, 4, **graphs):
+                target, draft = _fields(self.target), _fields(built.server_args)
+                switched = {n: v for n, v in draft.items() if v != before[1][n]}
+                self.assertEqual(draft["speculative_num_steps"], 3)
+                self.assertEqual(draft["speculative_num_draft_tokens"], 4)
+                self.assertEqual({n: target[n] for n in switched}, switched)
                 raise RuntimeError("capture failed")
 
-        self.assertEqual(self.switched(worker), before)
+        self.assertEqual([_fields(self.target), _fields(built.server_args)], before)
 
-    def test_an_adaptive_runtime_state_switch_reaches_the_target(self):
-        worker = self.build_eagle_worker()
+    def runtime_state_switch_reaches_the_target(self, worker):
+        from sglang.srt.speculative.adaptive_runtime_state import SpecRuntimeState
+
+        built = self.build_adaptive(worker)
         state = SpecRuntimeState(
-            speculative_num_steps=3,
-            speculative_num_draft_tokens=4,
-            draft_attn_backend=None,
-            cuda_graph_runner=None,
-            target_attn_backend=None,
-            target_graph_runner=None,
-            draft_extend_attn_backend=None,
-            cuda_graph_runner_for_draft_extend=None,
+            **{field.name: None for field in dataclasses.fields(SpecRuntimeState)}
         )
+        state.speculative_num_steps, state.speculative_num_draft_tokens = 3, 4
 
-        worker.apply_runtime_state(state)
+        built.apply_runtime_state(state)
 
-        for server_args in (self.target, worker.server_args):
+        for server_args in (self.target, built.server_args):
             self.assertEqual(server_args.speculative_num_steps, 3)
             self.assertEqual(server_args.speculative_num_draft_tokens, 4)
 
-    def test_the_multi_layer_draft_pool_is_sized_from_the_targets_mamba_cache(self):
-        self.publish_target(enable_multi_layer_eagle=True)
-        with mock.patch(
-            "sglang.srt.speculative.multi_layer_eagle_worker_v2.TpModelWorker",
-            _PoolSizingDraftTpModelWorker,
+    def states_built_at_startup_switch_the_target_for_its_backend(self, worker):
+        built_with = []
+        build_state = worker.cls.build_adaptive_runtime_state
+
+        def build_recorded_state(built, *args, **kwargs):
+            # Each state's target attention backend reads the target's config.
+            target_runner = self.scheduler.tp_worker.model_runner
+            target_runner._get_attention_backend.side_effect = (
+                lambda **kwargs: built_with.append(
+                    (
+                        self.target.speculative_num_steps,
+                        built.server_args.speculative_num_steps,
+                    )
+                )
+            )
+            return build_state(built, *args, **kwargs)
+
+        with mock.patch.object(
+            worker.cls, "build_adaptive_runtime_state", build_recorded_state
         ):
-            worker = self.init_draft_worker(SpeculativeAlgorithm.EAGLE)
-        # The target resolves it while allocating its pools, after the draft
-        # was built; the stand-in stops at the draft's own.
-        self.target.override("test.target_pool", max_mamba_cache_size=37)
-        with self.assertRaises(_PoolSized) as sized:
-            worker.alloc_memory_pool()
+            built = self.build_adaptive(worker, speculative_adaptive=True)
 
-        self.assertEqual(sized.exception.args, (37,))
-
-    def test_the_draft_builds_its_backends_with_the_targets_linear_attn_kernels(self):
-        self.publish_target()
-        seen = {}
-        self.init_draft_worker(_recording_plugin(seen))
-
-        def build_target_backends():
-            # As the SM100 GDN prefill default does while the target's
-            # backends are built, after the draft's copy was made.
-            self.target.override(
-                "test.gdn_default", linear_attn_prefill_backend="flashinfer"
+        candidates = built.adaptive_controller.candidate_steps
+        configured = self.target_before["speculative_num_steps"]
+        steps = [step for step in candidates if step != configured]
+        self.assertEqual(built_with, [(step, step) for step in steps])
+        # Afterwards the target is where the draft's copy is.
+        for name in ("speculative_num_steps", "speculative_num_draft_tokens"):
+            self.assertEqual(
+                getattr(self.target, name), getattr(built.server_args, name)
             )
 
-        target_worker = self.scheduler.tp_worker
-        target_worker.init_attention_backends.side_effect = build_target_backends
-        self.scheduler.init_all_attention_backends()
+    if release.SIZES_POOLS_IN_A_CONFIGURATOR:
 
-        built_with = seen["backends_built_with"]
-        self.assertEqual(built_with["linear_attn_prefill_backend"], "flashinfer")
-        for name in ("linear_attn_backend", "linear_attn_decode_backend"):
-            self.assertEqual(built_with[name], getattr(self.target, name))
-        self.assertEqual(built_with["load_format"], "dummy")
+        def test_the_multi_layer_draft_pool_is_sized_from_the_targets_mamba_cache(self):
+            (worker,) = [
+                w for w in release.DRAFT_WORKERS if w.name == "MultiLayerEagleWorkerV2"
+            ]
+            built = self.build_whole(worker)
+            # The target resolves it while allocating its pools, after the
+            # draft was built; the draft's stops at its own.
+            release.set_fields(self.target, max_mamba_cache_size=37)
+
+            def size_the_pool(draft_tp_worker, **kwargs):
+                raise _PoolSized(draft_tp_worker.server_args.max_mamba_cache_size)
+
+            with (
+                mock.patch.object(TpModelWorker, "alloc_memory_pool", size_the_pool),
+                self.assertRaises(_PoolSized) as sized,
+            ):
+                built.alloc_memory_pool()
+
+            self.assertEqual(sized.exception.args, (37,))
+
+    if release.RESOLVES_LINEAR_ATTN_KERNELS_LATE:
+
+        def test_the_draft_builds_its_backends_with_the_targets_linear_attn_kernels(
+            self,
+        ):
+            self.publish_target()
+            seen = {}
+            with release.recording_algorithm(_recording_worker(seen)) as algorithm:
+                self.init_draft_worker(algorithm)
+
+            def build_target_backends():
+                # As the SM100 GDN prefill default does while the target's
+                # backends are built, after the draft's copy was made.
+                release.set_fields(
+                    self.target, linear_attn_prefill_backend="flashinfer"
+                )
+
+            target_worker = self.scheduler.tp_worker
+            target_worker.init_attention_backends.side_effect = build_target_backends
+            self.scheduler.init_all_attention_backends()
+
+            built_with = seen["backends_built_with"]
+            self.assertEqual(built_with["linear_attn_prefill_backend"], "flashinfer")
+            for name in ("linear_attn_backend", "linear_attn_decode_backend"):
+                self.assertEqual(built_with[name], getattr(self.target, name))
+            self.assertEqual(built_with["load_format"], "dummy")
+
+
+_add_tests(
+    TestWhatStillReachesTheTarget,
+    TestWhatStillReachesTheTarget.switches_reach_the_target_while_capturing_and_are_restored,
+    release.ADAPTIVE_WORKERS,
+)
+_add_tests(
+    TestWhatStillReachesTheTarget,
+    TestWhatStillReachesTheTarget.runtime_state_switch_reaches_the_target,
+    release.ADAPTIVE_WORKERS,
+)
+_add_tests(
+    TestWhatStillReachesTheTarget,
+    TestWhatStillReachesTheTarget.states_built_at_startup_switch_the_target_for_its_backend,
+    [
+        worker
+        for worker in release.ADAPTIVE_WORKERS
+        if release.builds_adaptive_states_in_its_constructor(worker)
+    ],
+)
 
 
 if __name__ == "__main__":
