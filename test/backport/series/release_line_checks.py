@@ -23,16 +23,21 @@ as the fork's CI clones it. Then:
   (``release_forks.python3``); that the runner's own way, a process per
   file, runs them and turns red on a failure is checked once per series, in
   ``fork_ci_checks.py``;
+- what left the shipped files, this repository's lab
+  (``test/backport/spec/test_beyond_the_shipped_tests.py``), passes on the
+  fork of the series, with the line's shipped file first on the import path
+  (the lab builds on its helpers), in a process forked as the CPU job's is;
 - on the older lines, at the release's tag with only the shipped test files
-  copied in, each test class that pins the fix fails on its assertions (the
-  draft's values on the target's config), not on a name the release lacks.
-  The v0.5.16 series' classes are proven on the release by
-  ``scripts/dev/test.sh``, against ``.build/pristine``;
+  and the lab copied in, each test class that pins the fix, and each of the
+  lab's regression tests, fails on its assertions (the draft's values on the
+  target's config), not on a name the release lacks. The v0.5.16 series'
+  and the lab's are proven on v0.5.16 by ``scripts/dev/test.sh``, against
+  ``.build/pristine``;
 - the ratchet script the series ships is this repository's, file for file
   (its check's pin, ``_BASELINE``, is the line's own).
 
 What adding a release costs is a class in one of those files: a fork made
-from its wheel (once per run, shared), two runs that import its sglang,
+from its wheel (once per run, shared), three runs that import its sglang,
 and one run of the apply tool.
 """
 
@@ -65,6 +70,11 @@ OLDER_LINES_REGRESSION_CLASSES = (
     f"{SHIPPED_TESTS[0]}::TestSchedulerDraftHandoff",
     f"{SHIPPED_TESTS[0]}::TestEagleDraftLeavesTheTargetAlone",
 )
+# The lab: what left the shipped files, and the module that looks up what the
+# release under test has; test/conftest.py gives the shipped classes above
+# the regression marker the lab's carry.
+LAB = "test/backport/spec/test_beyond_the_shipped_tests.py"
+LAB_FILES = (LAB, "test/backport/spec/release_facts.py", "test/conftest.py")
 
 
 class ReleaseLineTests:
@@ -128,6 +138,22 @@ class ReleaseLineTests:
             git(self.fork, "rev-parse", "series^{tree}"),
         )
 
+    def test_the_lab_passes_on_the_series_with_the_lines_shipped_file(self):
+        fork = clone(self.RELEASE, "series", os.path.join(self.tmp, "lab"))
+        env = release_env(self.RELEASE, os.path.join(fork, "python"))
+        shipped = os.path.join(fork, os.path.dirname(SHIPPED_TESTS[0]))
+        env["PYTHONPATH"] = os.pathsep.join([shipped, env["PYTHONPATH"]])
+
+        said, returncode = python3(
+            ["-m", "pytest", "-q", "-p", "no:cacheprovider", LAB],
+            cwd=REPO,
+            env=env,
+            timeout=600,
+        )
+
+        self.assertEqual(returncode, 0, said[-6000:])
+        self.assertRegex(said, r"\n\d+ passed")
+
     def test_the_ratchet_it_ships_is_this_repositorys(self):
         for path in RATCHET_FILES:
             with self.subTest(path=path):
@@ -149,12 +175,16 @@ class RegressionAtTheRelease:
             os.makedirs(os.path.dirname(os.path.join(release, path)), exist_ok=True)
             with open(os.path.join(release, path), "w", encoding="utf-8") as fh:
                 fh.write(git(self.fork, "show", f"main:{path}"))
+        for path in LAB_FILES:
+            os.makedirs(os.path.dirname(os.path.join(release, path)), exist_ok=True)
+            shutil.copyfile(os.path.join(REPO, path), os.path.join(release, path))
 
-        # One process for all of them: -rfE lists each failing test (and
-        # subtest) by node id in the summary.
+        # One process for all of them: -rfEp lists each failing test (and
+        # subtest), and each passing one, by node id in the summary; short
+        # tracebacks still name each exception.
         said, _ = python3(
-            ["-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider"]
-            + list(self.REGRESSION_CLASSES),
+            ["-m", "pytest", "-q", "-rfEp", "--tb=short", "-p", "no:cacheprovider"]
+            + ["-m", "regression", *self.REGRESSION_CLASSES, LAB],
             cwd=release,
             env=release_env(self.RELEASE, os.path.join(release, "python")),
             timeout=600,
@@ -169,6 +199,13 @@ class RegressionAtTheRelease:
             with self.subTest(test=node_id):
                 failed = [line for line in summary if f"{node_id}::" in line]
                 self.assertTrue(failed, said[-3000:])
+        # So did every other test that ran: one whose subtests failed is
+        # listed as passed, and each of its failed subtests as SUBFAILED.
+        passed = re.findall(r"^PASSED (\S+)", said, re.M)
+        self.assertTrue(re.search(rf"^FAILED {LAB}::", said, re.M), said[-3000:])
+        for node_id in passed:
+            with self.subTest(test=node_id):
+                self.assertRegex(said, rf"(?m)^SUBFAILED\S* {re.escape(node_id)}$")
         # On their assertions, not on a name the release lacks.
         self.assertIn("AssertionError", said, said[-3000:])
         self.assertNotIn("ImportError", said, said[-3000:])
