@@ -375,7 +375,7 @@ class Series:
             code: diff.new_path
             for diff in self.diffs
             for code in OUR_FIX
-            if diff.new_path.startswith("python/") and code in str(diff.lines)
+            if diff.new_path.startswith("python/") and code in "".join(diff.lines)
         }
 
     @cached_property
@@ -390,7 +390,7 @@ class Series:
                     if after[:1] != "-" or not after[1:].strip():
                         break
                     code.append(after[1:].strip())
-                if DRAFT_WRITE.search(line) and DRAFT_FIELD.search(str(code)):
+                if DRAFT_WRITE.search(line) and DRAFT_FIELD.search(" ".join(code)):
                     writes.append((diff.old_path, "\n".join(code)))
         return writes
 
@@ -499,7 +499,8 @@ def open_fork(path: str) -> Fork:
         raise Refused(f"{where}; {switch}")
     if not branch:
         raise Refused(f"HEAD of {fork.quoted} is detached; {switch}")
-    changed = [line[3:] for line in fork.git("status -s -uno").stdout.splitlines()]
+    status = fork.git("status --porcelain -uno").stdout
+    changed = [line[3:] for line in status.splitlines()]
     if changed:
         listed = ", ".join(changed[:10]) + (" ..." if len(changed) > 10 else "")
         stash = f"commit or stash them (`{fork.cd} git stash`)"
@@ -533,7 +534,8 @@ def backport_commits(fork: Fork) -> list[BackportCommit]:
     trailers = "%(trailers:key={},valueonly,separator=%x20)"
     keys = ("Backport-Of", "Backport-Revision", "Applies-To")
     fields = "%x01".join(["%H", "%B", *map(trailers.format, keys)])
-    log = fork.git("log -z", f"--format={fields}", fork.head).stdout
+    grep = [f"--grep=^Backport-Of: {BACKPORT_OF}$", "--grep=This reverts commit "]
+    log = fork.git("log -z", f"--format={fields}", *grep, fork.head).stdout
     reverts = {}  # each commit a revert names, and the reverts
     ours = []
     for record in filter(None, log.split("\0")):
@@ -635,7 +637,7 @@ def choose_lines(fork: Fork, every: list[Series], version: tuple) -> list[Series
     handled = [m.what for m in HANDLED if m.code in fork.text(m.path)]
     on = "closest to" if first.differences else "on"
     said = f"{fork.quoted} is {on} the {release} line: its code has"
-    said += f" {series.name}'s machinery ({', '.join(handled)})"
+    said += f" {series.name}'s machinery ({', '.join(handled) or 'none of it'})"
     if first.differences:
         said += f", but differs from it: {', '.join(first.differences)}"
     files = f"{len(series.released)} files the {series.name} series changes"
@@ -691,8 +693,8 @@ def patches_to_apply(fork: Fork, series: Series, commits: list) -> list[Patch]:
         where = f"in another revision than {series.label}"
         say(f"already patched: {fork.quoted} has {fix} {where}; nothing to do")
         return []
-    adds = [OUR_FIX[c] for p in missing for c in OUR_FIX if c in str(p.diffs)]
-    if set(ours) & set(adds):
+    added = "".join("".join(d.lines_of("+")) for patch in missing for d in patch.diffs)
+    if any(label in ours and code in added for code, label in OUR_FIX.items()):
         lacks = [OUR_FIX[c] for c in series.our_fix if OUR_FIX[c] not in ours]
         lacks += [patch.name for patch in missing]
         message = f"{fork.quoted} has part of this backport: it has {', '.join(ours)}"
@@ -1078,7 +1080,8 @@ def resolve_or_name(fork: Fork, tree: Path, step: Step, name: bool) -> None:
         pieces = merge_stages(tree, path) if code == "UU" else None
         resolved = resolve(path, pieces) if pieces and step.patch else None
         if resolved:
-            Path(tree, path).write_text(resolved[0], encoding="utf-8", newline="")
+            with open(tree / path, "w", encoding="utf-8", newline="") as file:
+                file.write(resolved[0])
             step.resolutions += resolved[1]
             continue
         step.conflicts[path] = UNMERGED.get(code, f"git status {code}")
@@ -1149,6 +1152,15 @@ def apply_trial(fork: Fork, series: Series, patches: list[Patch], name: bool) ->
         steps = [Step(p.name, "am -3", str(p.path), p) for p in patches]
         trial = run_trial(fork, paths, steps, name)
     return trial
+
+
+def edits_to(paths: list[str], series: Series) -> list[tuple]:
+    """Returns the lines each patch of the series deletes and adds in paths."""
+    return [
+        (diff.old_path, diff.lines_of("-"), diff.lines_of("+"))
+        for diff in series.diffs
+        if diff.old_path in paths or diff.new_path in paths
+    ]
 
 
 def conflicts_message(fork: Fork, trial: Trial, hand: str) -> str:
@@ -1270,21 +1282,26 @@ def apply(fork_path: str, check: bool) -> int:
         if not patches:
             return 0
         trial = apply_trial(fork, series, patches, name=True)
+        files = [path for step in trial.conflicts for path in step.conflicts]
+        tried = []
         for other, said in suited[1:] if trial.conflicts else []:
+            # One that changes those files as this one does conflicts there too.
+            if edits_to(files, other) == edits_to(files, series):
+                continue
+            tried.append(other.name)
             other_trial = apply_trial(fork, other, other.patches, name=False)
             if not other_trial.conflicts:
-                files = ", ".join(f for step in trial.conflicts for f in step.conflicts)
-                why = f"the {series.name} series conflicts in {files}; the {other.name}"
-                why += " series, of a neighbouring line with as much of the fork's"
-                say(f"{why} machinery, applies")
+                why = f"the {series.name} series conflicts in {', '.join(files)}; the"
+                why += f" {other.name} series, of a neighbouring line with as much of"
+                say(f"{why} the fork's machinery, applies")
                 series, trial, registered = other, other_trial, said
                 patches = other.patches
                 break
         if trial.conflicts:
             refused = f"the {series.name} series does not apply to {fork.quoted}"
             refused += ", not even with a 3-way merge"
-            if neighbours:
-                tried = " and ".join(other.name for other in neighbours)
+            if tried:
+                tried = " and ".join(tried)
                 refused += f" (nor do the neighbouring lines' series, {tried})"
             hand = " ".join(quote(series.folder / patch.name) for patch in patches)
             raise Refused(refused + conflicts_message(fork, trial, f"am -3 {hand}"))
