@@ -241,6 +241,35 @@ def fork_with_cases(release: str) -> Path:
     return fork
 
 
+def patch_message(patch: Path) -> str:
+    """The commit message `git am` makes of patch, as git mailinfo reads it."""
+    with tempfile.TemporaryDirectory() as folder:
+        with open(patch) as mail:
+            info = subprocess.run(
+                ["git", "mailinfo", f"{folder}/message", f"{folder}/diff"],
+                stdin=mail,
+                env=ENV,
+                capture_output=True,
+                text=True,
+            )
+        subject = re.search(r"^Subject: (.*)$", info.stdout, re.M)[1]
+        return f"{subject}\n\n{Path(folder, 'message').read_text()}".strip()
+
+
+def applied_tree(fork: Path, start: str, patches: list[Path]) -> str:
+    """The tree `git apply` of the patches onto start makes, in an index of
+    its own."""
+    with tempfile.TemporaryDirectory() as folder:
+        env = dict(ENV, GIT_INDEX_FILE=f"{folder}/index")
+        commands = [["read-tree", start], ["apply", "--cached", *map(str, patches)]]
+        for command in commands + [["write-tree"]]:
+            run = subprocess.run(
+                ["git", *command], cwd=fork, env=env, capture_output=True, text=True
+            )
+            assert run.returncode == 0, run.stderr
+        return run.stdout.strip()
+
+
 class ForkLinesCase(CustomTestCase):
     """Clones the forks and runs git and the tool on them."""
 
@@ -462,8 +491,6 @@ class TestTheRunnersSuite(ForkLinesCase):
         for release in LINES:
             with self.subTest(release=release):
                 fork = self.clone(release, "older-runner")
-                plain_git = self.clone(release, "older-runner")
-                self.git_am(plain_git, release)
                 run = self.run_tool(fork)
                 self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
                 said = re.search(
@@ -488,16 +515,16 @@ class TestTheRunnersSuite(ForkLinesCase):
                         fork, "log", "--format=%H", "--diff-filter=A", "--", path
                     )
                     self.assertIn(line, git(fork, "show", f"{commit}:{path}"))
-                # The commits git am -3 makes, less the suite: their messages,
-                # and their trees but for the one line of each shipped file.
-                log = ["log", "--format=%an %B", f"HEAD~{count}.."]
-                self.assertEqual(git(fork, *log), git(plain_git, *log))
-                theirs = git(plain_git, "rev-parse", "HEAD")
-                git(fork, "fetch", "-q", str(plain_git), "HEAD")
-                changed = git(fork, "diff", "--numstat", theirs, "HEAD")
-                self.assertEqual(
-                    changed.splitlines(), [f"1\t1\t{path}" for path, _, _ in shown]
-                )
+                # The commits git am -3 makes, less the suite: the patches'
+                # messages, and their trees but for the one line of each file.
+                commits = git(fork, "rev-list", "--reverse", f"HEAD~{count}..").split()
+                for commit, patch in zip(commits, series(release), strict=True):
+                    message = git(fork, "log", "-1", "--format=%B", commit)
+                    self.assertEqual(message, patch_message(patch))
+                expected = applied_tree(fork, f"HEAD~{count}", series(release))
+                changed = git(fork, "diff", "--numstat", expected, "HEAD")
+                numstat = [f"1\t1\t{path}" for path, _, _ in shown]
+                self.assertEqual(changed.splitlines(), numstat)
 
     def test_a_runner_with_the_series_suite_is_not_mentioned(self):
         for release in LINES:
