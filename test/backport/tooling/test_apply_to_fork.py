@@ -482,9 +482,23 @@ class TestApplying(ForkCase):
                 commit_everything(fork, "fork: a note near the backport")
                 if present:
                     am(fork, SERIES[:present])
+                # --check says what applying does, and changes nothing.
+                before = snapshot(fork)
+                checked = self.run_tool(fork, "--check")
+                self.assertEqual(checked.returncode, 0, checked.stderr)
+                self.assertEqual(snapshot(fork), before)
                 run = self.run_tool(fork)
                 rest = len(SERIES) - present
                 self.assert_done(run, fork, f"applied {rest} of the {len(SERIES)}")
+                said = run.stdout.splitlines()[0]
+                self.assertEqual(checked.stdout.splitlines()[0], said)
+                count = f"{rest} of the {len(SERIES)} patches"
+                would = f"would apply {count} to branch main of {fork}; nothing was"
+                self.assertIn(f"apply: {would} changed (--check)\n", checked.stdout)
+                would = (
+                    f"would be merged 3-way with your fork's changes: {SERIES[1].name}"
+                )
+                self.assertEqual(would in checked.stdout, present < 2)
                 subjects = git(fork, "log", "--format=%s", f"HEAD~{rest}..")
                 for subject in subjects.splitlines():
                     self.assertIn(subject, run.stdout)
@@ -688,15 +702,18 @@ class TestApplying(ForkCase):
         # All or nothing: the conflicts in comments only, which the tool resolves
         # where nothing else stops the series, are named as well.
         comments = "(changed in your fork too, only in comments: take the series' side)"
-        run = self.assert_refused(
-            fork,
+        needles = [
             "not even with a 3-way",
             f"{SERIES[0].name}: {RUNTIME_CONTEXT} {comments}",
             f"{SCHEDULER} {comments}",
             f"{EAGLE} {comments}",
             f"{STANDALONE} (not in your fork: deleted, moved or never there)",
             f"{first_new_file} (your fork already has a file there)",
-        )
+        ]
+        # --check names the same, with exit 1.
+        checked = self.assert_refused(fork, *needles, flags=("--check",))
+        run = self.assert_refused(fork, *needles)
+        self.assertEqual(run.stderr, checked.stderr)
         self.assertEqual(run.stderr.count("\n"), 1, "one line")
         by_hand = self.run_printed_command(run.stderr, "cd ")
         self.assertIn("git am --continue", by_hand.stdout)
@@ -793,51 +810,6 @@ git -C {shlex.quote(str(fork))} commit -q --allow-empty -m 'fork: made meanwhile
                 tool = self.copy_of_this_project(patches)
                 fork = self.fork_of_the_release()
                 self.assert_refused(fork, needle, "checkout -- patches", tool=tool)
-
-
-class TestCheck(ForkCase):
-    def test_check_says_what_applying_would_do_and_changes_nothing(self) -> None:
-        fork = self.fork_of_the_release()
-        add_note_inside_the_context(fork, SCHEDULER, "# fork: a local note")
-        commit_everything(fork, "fork: a note near the backport")
-        before = snapshot(fork)
-        checked = self.run_tool(fork, "--check")
-        self.assertEqual(checked.returncode, 0, checked.stdout + checked.stderr)
-        self.assertEqual(snapshot(fork), before)
-        count = f"{len(SERIES)} of the {len(SERIES)} patches"
-        would = f"apply: would apply {count} to branch main of {fork}; nothing was"
-        self.assertIn(f"{would} changed (--check)\n", checked.stdout)
-        merged = (
-            f"apply: would be merged 3-way with your fork's changes: {SERIES[1].name}"
-        )
-        self.assertIn(merged, checked.stdout)
-        # What applying then says of the line, and does.
-        run = self.run_tool(fork)
-        self.assert_done(run, fork)
-        self.assertEqual(run.stdout.splitlines()[0], checked.stdout.splitlines()[0])
-
-    def test_check_of_a_fork_that_conflicts_names_each_conflict(self) -> None:
-        fork = self.fork_of_the_release()
-        add_note_to_a_changed_line(fork, SCHEDULER, "# fork: our own change")
-        (fork / STANDALONE).unlink()
-        commit_everything(fork, "fork: change lines the backport changes")
-        self.assert_refused(
-            fork,
-            "not even with a 3-way",
-            f"{SCHEDULER} (changed in your fork too, only in comments: take",
-            f"{STANDALONE} (not in your fork: deleted, moved or never there)",
-            flags=("--check",),
-        )
-
-    def test_check_of_a_revert_says_what_it_would_revert(self) -> None:
-        fork = self.fork_of_the_release()
-        am(fork, SERIES)
-        before = snapshot(fork)
-        run = self.run_tool(fork, "--check", "--revert")
-        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
-        would = f"apply: would revert {len(SERIES)} commit(s), newest first; nothing"
-        self.assertIn(f"{would} was changed (--check)", run.stdout)
-        self.assertEqual(snapshot(fork), before)
 
 
 class TestTheFork(ForkCase):
@@ -1168,6 +1140,12 @@ class TestReleaseLines(ForkCase):
         fork = self.fork_of("v0.5.15.post1")
         tree = git(fork, "rev-parse", "HEAD^{tree}")
         self.assert_done(self.run_tool(fork), fork, f"applied {len(LINE_SERIES)} of")
+        before = snapshot(fork)
+        checked = self.run_tool(fork, "--check", "--revert")
+        self.assertEqual(checked.returncode, 0, checked.stdout + checked.stderr)
+        would = f"would revert {len(LINE_SERIES)} commit(s), newest first; nothing"
+        self.assertIn(f"apply: {would} was changed (--check)", checked.stdout)
+        self.assertEqual(snapshot(fork), before)
         run = self.run_tool(fork, "--revert")
         reverted = f"reverted {len(LINE_SERIES)} commit(s), newest first"
         self.assert_done(run, fork, reverted)

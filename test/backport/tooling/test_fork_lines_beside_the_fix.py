@@ -64,8 +64,8 @@ register_cpu_ci(est_time=60, suite="base-a-test-cpu")
 
 # One line of each family.
 LINES = ("v0.5.14", "v0.5.13.post1", "v0.5.9", "v0.5.6.post2")
-# The lines of real forks that kept the fork's lines after the write, and v0.5.14.
-AFTER_DELETED_LINES = ("v0.5.12.post1", "v0.5.14")
+# The line of real forks that kept the fork's lines after the write.
+AFTER_DELETED_LINES = ("v0.5.12.post1",)
 SERVER_ARGS = "python/sglang/srt/server_args.py"
 SCHEDULER = "python/sglang/srt/managers/scheduler.py"
 EAGLE = "python/sglang/srt/speculative/eagle_worker_v2.py"
