@@ -1047,9 +1047,9 @@ def copies_of_the_config(text: str, at: str) -> list[str]:
 class Step:
     """One patch applied, or one commit reverted, in the trial."""
 
-    name: str  # the patch's file name, or the commit reverted
+    name: str  # how messages name it: the patch's file, or "reverting SHA"
     command: str  # the git command: am -3, or revert --no-edit
-    what: str  # the patch's path, or the commit
+    argument: str  # what the git command takes: a patch file, or a commit
     patch: Optional[Patch] = None
     merged: bool = False  # the patch did not apply as it is: git merged it 3-way
     resolutions: list[Resolution] = field(default_factory=list)
@@ -1109,10 +1109,10 @@ def run_trial(fork: Fork, paths: list[str], steps: list[Step], name: bool) -> Tr
         git_output(tree, "checkout-index -f --", *sorted(tracked & set(paths)))
         for step in steps:
             if step.patch:
-                as_it_is = git(tree, "apply --check --cached", step.what)
+                as_it_is = git(tree, "apply --check --cached", step.argument)
                 step.merged = as_it_is.returncode != 0
             verb = step.command.split()[0]
-            run = git(tree, f"{CHORES_OFF} {step.command}", step.what)
+            run = git(tree, f"{CHORES_OFF} {step.command}", step.argument)
             if run.returncode != 0 and not git(tree, "ls-files -u").stdout:
                 if step.patch and missing_bases(fork, [step.patch]):
                     git(tree, "am --abort")
@@ -1378,7 +1378,7 @@ def revert(fork_path: str, check: bool) -> int:
         trial = run_trial(fork, paths, steps, name=True)
         for step in trial.conflicts:
             for path, why in step.conflicts.items():
-                log = f"log --format=%H%x20%h%x20%s {step.what}.. --"
+                log = f"log --format=%H%x20%h%x20%s {step.argument}.. --"
                 log = fork.git(log, path).stdout.splitlines()
                 since = [line[41:] for line in log if line[:40] not in shas]
                 why, _, at = why.partition(", at your lines")
